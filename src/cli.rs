@@ -1,0 +1,284 @@
+//! The command line: `gearlb run | check | ctl …`, parsed with clap, mapped to exit codes.
+//!
+//! Owns argument parsing, logging set-up, the tokio runtime, signal handling for `run`
+//! (SIGTERM/SIGINT: graceful stop, a second one stops at once; SIGHUP: reload), and how
+//! `ctl` finds the control socket (`--socket`, else the configuration's
+//! `control.socket`). Exit codes: 0 ok, 1 failure, 22 invalid `update-cluster` entries,
+//! 64 configuration or usage error, 69 balancer not reachable.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{self, ProcessEnv, EXIT_CONFIG};
+use crate::control::{self, Request};
+use crate::server::Server;
+use crate::stats::StatusReport;
+
+/// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).
+pub const EXIT_UNAVAILABLE: i32 = 69;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gearlb",
+    version,
+    about = "In-gear HTTP load balancer for scalable applications"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the balancer in the foreground.
+    Run {
+        /// Configuration file (default: $GEARLB_CONFIG, else built-in defaults + environment).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Validate the configuration; exit 64 listing every problem.
+    Check {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Talk to a running balancer over its control socket.
+    Ctl {
+        /// Control socket (default: control.socket from the configuration).
+        #[arg(long, global = true)]
+        socket: Option<PathBuf>,
+        /// Configuration file used to find the control socket.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        command: CtlCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// Show frontend and backend status.
+    Status {
+        /// Print the JSON report instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace the set of web gears: entries `<gear-dns>|<host>:<port>`, as one word
+    /// with spaces or as many words.
+    UpdateCluster {
+        #[arg(allow_hyphen_values = true)]
+        entries: Vec<String>,
+    },
+    /// Re-read the configuration file and environment without a restart.
+    Reload,
+}
+
+/// Parse arguments, run, and return the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_CONFIG } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match cli.command {
+        Command::Run { config } => run(config.as_deref()),
+        Command::Check { config } => check(config.as_deref()),
+        Command::Ctl {
+            socket,
+            config,
+            command,
+        } => ctl(socket, config.as_deref(), command),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GEARLB_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .try_init();
+}
+
+fn load_config(flag: Option<&Path>) -> Result<config::Config, i32> {
+    let path = config::config_path(flag, &ProcessEnv);
+    config::load(path.as_deref(), &ProcessEnv).map_err(|e| {
+        eprintln!("gearlb: {e}");
+        EXIT_CONFIG
+    })
+}
+
+fn check(flag: Option<&Path>) -> i32 {
+    let cfg = match load_config(flag) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Err(e) = crate::state::dir_writable(&cfg.state.dir) {
+        eprintln!(
+            "gearlb: 1 configuration problem(s):\n  state.dir: {} is not writable: {e}",
+            cfg.state.dir.display()
+        );
+        return EXIT_CONFIG;
+    }
+    println!(
+        "configuration OK: proxy {}, status {}, {} backend(s)",
+        cfg.listen.proxy,
+        cfg.listen.status,
+        cfg.backends.len()
+    );
+    0
+}
+
+fn run(flag: Option<&Path>) -> i32 {
+    init_logging();
+    let cfg = match load_config(flag) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        warn!(error = %e, "could not raise the open-files limit");
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if cfg.runtime.threads > 0 {
+        rt.worker_threads(cfg.runtime.threads);
+    }
+    let rt = match rt.build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gearlb: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        let server = match Server::bind(cfg).await {
+            Ok(s) => s,
+            Err(e) => {
+                error!("{e:#}");
+                eprintln!("gearlb: {e:#}");
+                return 1;
+            }
+        };
+        let app = server.app();
+        let stop = CancellationToken::new();
+        let signals = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(t), Ok(i), Ok(h)) => (t, i, h),
+            _ => {
+                eprintln!("gearlb: cannot install signal handlers");
+                return 1;
+            }
+        };
+        let stop2 = stop.clone();
+        tokio::spawn(async move {
+            let (mut term, mut int, mut hup) = signals;
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                    _ = hup.recv() => {
+                        info!("SIGHUP: reloading configuration");
+                        let reply = app.reload(&ProcessEnv).await;
+                        if reply.exit_code == 0 {
+                            info!("{}", reply.message);
+                        }
+                        continue;
+                    }
+                }
+                if stop2.is_cancelled() {
+                    warn!("second stop signal: exiting now");
+                    std::process::exit(1);
+                }
+                info!("stop signal received: graceful stop");
+                stop2.cancel();
+            }
+        });
+        server.run(stop).await;
+        0
+    })
+}
+
+fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand) -> i32 {
+    let socket = match socket {
+        Some(s) => s,
+        None => match load_config(config_flag) {
+            Ok(c) => c.control.socket,
+            Err(code) => {
+                eprintln!("gearlb: give --socket, or a valid --config to find the control socket");
+                return code;
+            }
+        },
+    };
+    let (request, json) = match command {
+        CtlCommand::Status { json } => (Request::Status, json),
+        CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
+        CtlCommand::Reload => {
+            // The daemon re-reads its file with the caller's gear environment.
+            let env: BTreeMap<String, String> = std::env::vars()
+                .filter(|(k, _)| k.starts_with("OPENSHIFT_") || k.starts_with("GEARLB_"))
+                .collect();
+            (Request::Reload { env }, false)
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gearlb: {e}");
+            return 1;
+        }
+    };
+    let reply = match rt.block_on(control::call(&socket, &request)) {
+        Ok(r) => r,
+        Err(e @ control::ClientError::Connect { .. }) => {
+            eprintln!("gearlb: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+        Err(e) => {
+            eprintln!("gearlb: {e}");
+            return 1;
+        }
+    };
+    match request {
+        Request::Status if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                match serde_json::from_value::<StatusReport>(reply.data) {
+                    Ok(r) => print!("{}", r.to_text()),
+                    Err(e) => {
+                        eprintln!("gearlb: unexpected status report: {e}");
+                        return 1;
+                    }
+                }
+            }
+        }
+        _ => {
+            if !reply.message.is_empty() {
+                if reply.exit_code == 0 {
+                    println!("{}", reply.message);
+                } else {
+                    eprintln!("{}", reply.message);
+                }
+            }
+        }
+    }
+    reply.exit_code
+}

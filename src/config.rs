@@ -1,0 +1,778 @@
+//! Configuration: built-in defaults < TOML file < gear environment, into one validated
+//! [`Config`].
+//!
+//! Owns every configuration key, its default and its validation. Loading never stops at
+//! the first problem: it walks the whole file and environment and returns every
+//! [`Problem`] with the key path (`timeouts.connect`, `backends[2].addr`,
+//! `env OPENSHIFT_GEARLB_PORT`), so `gearlb check` can list them all at once. Unknown keys
+//! are problems too: a typo must not silently fall back to a default.
+//!
+//! Relative paths (`control.socket`, `state.dir`) are relative to the working directory
+//! of the process, which is what the cartridge's `bin/control` sets.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::gear::{is_backend_name, Addr};
+
+/// Exit code for configuration and usage errors (sysexits `EX_USAGE`).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// Environment variable naming the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "GEARLB_CONFIG";
+
+/// One thing wrong with the configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Where: a key path such as `timeouts.connect`, or `env NAME`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found while loading; never empty.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{} configuration problem(s):\n{}", .0.len(), .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigErrors(pub Vec<Problem>);
+
+/// The validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file it came from, if any (re-read on SIGHUP / `reload`).
+    pub file: Option<PathBuf>,
+    pub runtime: RuntimeConfig,
+    pub listen: ListenConfig,
+    pub control: ControlConfig,
+    pub state: StateConfig,
+    /// `[[backends]]`: the static backend set (standalone use).
+    pub backends: Vec<BackendConfig>,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub proxy: ProxyConfig,
+    /// Identity of this gear, from the platform's environment (cartridge mode).
+    pub gear: GearIdentity,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Worker threads for the proxy; 0 = one per CPU. Default 0.
+    pub threads: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// Client traffic. Default `127.0.0.1:8080`.
+    pub proxy: SocketAddr,
+    /// Status and health listener (never serves application traffic). Default `127.0.0.1:8081`.
+    pub status: SocketAddr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Unix socket of the control API, created mode 0600. Default `run/control.sock`.
+    pub socket: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateConfig {
+    /// Directory for the persisted state file. Default `data`.
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendConfig {
+    pub name: String,
+    pub addr: Addr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP connect to a backend. Default 10s.
+    pub connect: Duration,
+    /// Client inactivity while the balancer waits on the client. Default 1m.
+    pub client: Duration,
+    /// Backend inactivity: time to the response headers. Default 1m.
+    pub server: Duration,
+    /// Idle time of an upgraded connection (WebSocket). Default 1h.
+    pub tunnel: Duration,
+    /// Time for a client to send a complete request head. Default 10s.
+    pub request_header: Duration,
+    /// How long an idle pooled backend connection is kept. Default 4s, under the 5s
+    /// keep-alive of Apache httpd, which serves most web gears.
+    pub upstream_idle: Duration,
+    /// Longest graceful stop on SIGTERM before remaining connections are cut. Default 30s.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Concurrent client connections; more are closed at once. Default 10000.
+    pub max_connections: usize,
+    /// Largest request head in bytes (request line + headers); more gets 431.
+    /// Default 32768; at least 8192.
+    pub max_header_size: usize,
+    /// Idle pooled connections kept per backend. Default 256.
+    pub max_idle_per_backend: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// Keep `X-Forwarded-Proto/-Host/-Port` and `Forwarded` set by the router or node
+    /// proxy in front of the gear, instead of replacing them. Default true: in a gear the
+    /// only client is the node's proxy.
+    pub trust_forwarded: bool,
+    /// Accept HTTP/2 cleartext (h2c prior knowledge) from clients. Default true.
+    pub h2c: bool,
+}
+
+/// Who this balancer is, as the node platform tells it through the environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GearIdentity {
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub dns: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            file: None,
+            runtime: RuntimeConfig { threads: 0 },
+            listen: ListenConfig {
+                proxy: SocketAddr::from(([127, 0, 0, 1], 8080)),
+                status: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            },
+            control: ControlConfig {
+                socket: PathBuf::from("run/control.sock"),
+            },
+            state: StateConfig {
+                dir: PathBuf::from("data"),
+            },
+            backends: Vec::new(),
+            timeouts: Timeouts {
+                connect: Duration::from_secs(10),
+                client: Duration::from_secs(60),
+                server: Duration::from_secs(60),
+                tunnel: Duration::from_secs(3600),
+                request_header: Duration::from_secs(10),
+                upstream_idle: Duration::from_secs(4),
+                shutdown_grace: Duration::from_secs(30),
+            },
+            limits: Limits {
+                max_connections: 10_000,
+                max_header_size: 32 * 1024,
+                max_idle_per_backend: 256,
+            },
+            proxy: ProxyConfig {
+                trust_forwarded: true,
+                h2c: true,
+            },
+            gear: GearIdentity::default(),
+        }
+    }
+}
+
+/// Where environment variables come from; a map in tests, the process otherwise.
+pub trait Env: Sync {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned().filter(|v| !v.is_empty())
+    }
+}
+
+/// The config file to use: `--config`, else `$GEARLB_CONFIG`, else none (defaults + env).
+pub fn config_path(flag: Option<&Path>, env: &dyn Env) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf)
+        .or_else(|| env.var(CONFIG_ENV).map(PathBuf::from))
+}
+
+/// Load and validate: defaults, then the file (if any), then the environment.
+pub fn load(file: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    let text = match file {
+        None => None,
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                return Err(ConfigErrors(vec![Problem {
+                    path: p.display().to_string(),
+                    message: format!("cannot read: {e}"),
+                }]))
+            }
+        },
+    };
+    let mut cfg = from_toml(text.as_deref().unwrap_or(""), env)?;
+    cfg.file = file.map(Path::to_path_buf);
+    Ok(cfg)
+}
+
+/// Build a config from TOML text and an environment.
+pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let message = e.message().to_string();
+        let path = match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].lines().count().max(1);
+                format!("line {line}")
+            }
+            None => "file".to_string(),
+        };
+        ConfigErrors(vec![Problem {
+            path,
+            message: format!("not valid TOML: {message}"),
+        }])
+    })?;
+    let mut problems = Vec::new();
+    let mut cfg = Config::default();
+    read_file(&table, &mut cfg, &mut problems);
+    apply_env(env, &mut cfg, &mut problems);
+    validate(&cfg, &mut problems);
+    if problems.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(ConfigErrors(problems))
+    }
+}
+
+const SECTIONS: &[&str] = &[
+    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy",
+];
+
+fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
+    for key in table.keys() {
+        if !SECTIONS.contains(&key.as_str()) {
+            problems.push(Problem {
+                path: key.clone(),
+                message: format!("unknown section or key (known: {})", SECTIONS.join(", ")),
+            });
+        }
+    }
+    let empty = toml::Table::new();
+    let section = |name: &str, problems: &mut Vec<Problem>| -> toml::Table {
+        match table.get(name) {
+            None => empty.clone(),
+            Some(toml::Value::Table(t)) => t.clone(),
+            Some(other) => {
+                problems.push(Problem {
+                    path: name.into(),
+                    message: format!("expected a table [{name}], found {}", other.type_str()),
+                });
+                empty.clone()
+            }
+        }
+    };
+
+    let t = section("runtime", problems);
+    let mut r = Reader::new(&t, "runtime", problems);
+    cfg.runtime.threads = r.uint("threads", cfg.runtime.threads as u64, 0, 1024) as usize;
+    r.finish();
+
+    let t = section("listen", problems);
+    let mut r = Reader::new(&t, "listen", problems);
+    cfg.listen.proxy = r.socket_addr("proxy", cfg.listen.proxy);
+    cfg.listen.status = r.socket_addr("status", cfg.listen.status);
+    r.finish();
+
+    let t = section("control", problems);
+    let mut r = Reader::new(&t, "control", problems);
+    cfg.control.socket = r.path("socket", &cfg.control.socket);
+    r.finish();
+
+    let t = section("state", problems);
+    let mut r = Reader::new(&t, "state", problems);
+    cfg.state.dir = r.path("dir", &cfg.state.dir);
+    r.finish();
+
+    let t = section("timeouts", problems);
+    let mut r = Reader::new(&t, "timeouts", problems);
+    let d = cfg.timeouts.clone();
+    cfg.timeouts = Timeouts {
+        connect: r.duration("connect", d.connect),
+        client: r.duration("client", d.client),
+        server: r.duration("server", d.server),
+        tunnel: r.duration("tunnel", d.tunnel),
+        request_header: r.duration("request_header", d.request_header),
+        upstream_idle: r.duration("upstream_idle", d.upstream_idle),
+        shutdown_grace: r.duration("shutdown_grace", d.shutdown_grace),
+    };
+    r.finish();
+
+    let t = section("limits", problems);
+    let mut r = Reader::new(&t, "limits", problems);
+    let l = cfg.limits.clone();
+    cfg.limits = Limits {
+        max_connections: r.uint("max_connections", l.max_connections as u64, 1, 1_000_000) as usize,
+        max_header_size: r.uint("max_header_size", l.max_header_size as u64, 8192, 1 << 20)
+            as usize,
+        max_idle_per_backend: r.uint(
+            "max_idle_per_backend",
+            l.max_idle_per_backend as u64,
+            0,
+            65_536,
+        ) as usize,
+    };
+    r.finish();
+
+    let t = section("proxy", problems);
+    let mut r = Reader::new(&t, "proxy", problems);
+    cfg.proxy.trust_forwarded = r.bool("trust_forwarded", cfg.proxy.trust_forwarded);
+    cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
+    r.finish();
+
+    match table.get("backends") {
+        None => {}
+        Some(toml::Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let path = format!("backends[{i}]");
+                let Some(t) = item.as_table() else {
+                    problems.push(Problem {
+                        path,
+                        message: "expected a table with name and addr".into(),
+                    });
+                    continue;
+                };
+                let mut r = Reader::new(t, &path, problems);
+                let name = r.required_string("name");
+                let addr = r.required_string("addr");
+                let addr = addr.and_then(|a| match a.parse::<Addr>() {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        r.problem("addr", e);
+                        None
+                    }
+                });
+                if let Some(n) = &name {
+                    if !is_backend_name(n) {
+                        r.problem(
+                            "name",
+                            format!("{n:?}: use 1-128 letters, digits, '-', '_' or '.'"),
+                        );
+                    }
+                }
+                r.finish();
+                if let (Some(name), Some(addr)) = (name, addr) {
+                    cfg.backends.push(BackendConfig { name, addr });
+                }
+            }
+        }
+        Some(other) => problems.push(Problem {
+            path: "backends".into(),
+            message: format!(
+                "expected an array of tables [[backends]], found {}",
+                other.type_str()
+            ),
+        }),
+    }
+}
+
+/// Gear environment (cartridge mode). Each variable applies only when set.
+fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
+    let mut listen = |ip_var: &str, port_var: &str, target: &mut SocketAddr| match (
+        env.var(ip_var),
+        env.var(port_var),
+    ) {
+        (None, None) => {}
+        (Some(ip), Some(port)) => {
+            let ip_ok = ip.parse::<std::net::IpAddr>();
+            let port_ok = port.parse::<u16>();
+            match (ip_ok, port_ok) {
+                (Ok(ip), Ok(port)) => *target = SocketAddr::new(ip, port),
+                (Err(_), _) => problems.push(Problem {
+                    path: format!("env {ip_var}"),
+                    message: format!("{ip:?} is not an IP address"),
+                }),
+                (_, Err(_)) => problems.push(Problem {
+                    path: format!("env {port_var}"),
+                    message: format!("{port:?} is not a port number"),
+                }),
+            }
+        }
+        (ip, _) => problems.push(Problem {
+            path: format!("env {}", if ip.is_none() { ip_var } else { port_var }),
+            message: format!("{ip_var} and {port_var} must be set together"),
+        }),
+    };
+    listen(
+        "OPENSHIFT_GEARLB_IP",
+        "OPENSHIFT_GEARLB_PORT",
+        &mut cfg.listen.proxy,
+    );
+    listen(
+        "OPENSHIFT_GEARLB_STATUS_IP",
+        "OPENSHIFT_GEARLB_STATUS_PORT",
+        &mut cfg.listen.status,
+    );
+    if let Some(dir) = env.var("OPENSHIFT_DATA_DIR") {
+        cfg.state.dir = Path::new(&dir).join("gearlb");
+    }
+    if let Some(dir) = env.var("OPENSHIFT_GEARLB_DIR") {
+        cfg.control.socket = Path::new(&dir).join("run").join("control.sock");
+    }
+    cfg.gear = GearIdentity {
+        uuid: env.var("OPENSHIFT_GEAR_UUID"),
+        name: env.var("OPENSHIFT_GEAR_NAME"),
+        namespace: env.var("OPENSHIFT_NAMESPACE"),
+        dns: env.var("OPENSHIFT_GEAR_DNS"),
+    };
+}
+
+fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
+    let l = &cfg.listen;
+    if l.proxy == l.status && l.proxy.port() != 0 {
+        problems.push(Problem {
+            path: "listen.status".into(),
+            message: format!("same address as listen.proxy ({})", l.proxy),
+        });
+    }
+    let mut names = HashSet::new();
+    for (i, b) in cfg.backends.iter().enumerate() {
+        if !names.insert(b.name.as_str()) {
+            problems.push(Problem {
+                path: format!("backends[{i}].name"),
+                message: format!("duplicate backend name {:?}", b.name),
+            });
+        }
+    }
+    if cfg.control.socket.as_os_str().len() > 100 {
+        problems.push(Problem {
+            path: "control.socket".into(),
+            message: "path longer than 100 bytes (unix socket paths are limited to 108)".into(),
+        });
+    }
+}
+
+/// Reads typed keys out of one TOML table, remembering which keys it was asked for so
+/// that [`Reader::finish`] can report the rest as unknown.
+struct Reader<'a> {
+    table: &'a toml::Table,
+    path: String,
+    known: Vec<&'static str>,
+    problems: &'a mut Vec<Problem>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(table: &'a toml::Table, path: &str, problems: &'a mut Vec<Problem>) -> Self {
+        Reader {
+            table,
+            path: path.to_string(),
+            known: Vec::new(),
+            problems,
+        }
+    }
+
+    fn problem(&mut self, key: &str, message: impl Into<String>) {
+        self.problems.push(Problem {
+            path: format!("{}.{key}", self.path),
+            message: message.into(),
+        });
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a toml::Value> {
+        self.known.push(key);
+        self.table.get(key)
+    }
+
+    fn str_value(&mut self, key: &'static str) -> Option<String> {
+        match self.get(key)? {
+            toml::Value::String(s) => Some(s.clone()),
+            other => {
+                let t = other.type_str();
+                self.problem(key, format!("expected a string, found {t}"));
+                None
+            }
+        }
+    }
+
+    fn required_string(&mut self, key: &'static str) -> Option<String> {
+        let present = self.table.contains_key(key);
+        let v = self.str_value(key);
+        if !present {
+            self.problem(key, "required");
+        }
+        v
+    }
+
+    fn path(&mut self, key: &'static str, default: &Path) -> PathBuf {
+        match self.str_value(key) {
+            Some(s) if s.is_empty() => {
+                self.problem(key, "must not be empty");
+                default.to_path_buf()
+            }
+            Some(s) => PathBuf::from(s),
+            None => default.to_path_buf(),
+        }
+    }
+
+    fn socket_addr(&mut self, key: &'static str, default: SocketAddr) -> SocketAddr {
+        match self.str_value(key) {
+            None => default,
+            Some(s) => match s.parse() {
+                Ok(a) => a,
+                Err(_) => {
+                    self.problem(key, format!("{s:?} is not an ip:port address"));
+                    default
+                }
+            },
+        }
+    }
+
+    fn duration(&mut self, key: &'static str, default: Duration) -> Duration {
+        match self.str_value(key) {
+            None => default,
+            Some(s) => match humantime::parse_duration(&s) {
+                Ok(d) if d.is_zero() => {
+                    self.problem(key, "must be greater than zero");
+                    default
+                }
+                Ok(d) if d > Duration::from_secs(7 * 24 * 3600) => {
+                    self.problem(key, format!("{s:?} is longer than 7 days"));
+                    default
+                }
+                Ok(d) => d,
+                Err(e) => {
+                    self.problem(
+                        key,
+                        format!("{s:?} is not a duration like \"10s\" or \"2m\": {e}"),
+                    );
+                    default
+                }
+            },
+        }
+    }
+
+    fn uint(&mut self, key: &'static str, default: u64, min: u64, max: u64) -> u64 {
+        match self.get(key) {
+            None => default,
+            Some(toml::Value::Integer(i))
+                if (min as i128..=max as i128).contains(&(*i as i128)) =>
+            {
+                *i as u64
+            }
+            Some(toml::Value::Integer(i)) => {
+                let i = *i;
+                self.problem(key, format!("{i} is out of range {min}..={max}"));
+                default
+            }
+            Some(other) => {
+                let t = other.type_str();
+                self.problem(key, format!("expected an integer, found {t}"));
+                default
+            }
+        }
+    }
+
+    fn bool(&mut self, key: &'static str, default: bool) -> bool {
+        match self.get(key) {
+            None => default,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(other) => {
+                let t = other.type_str();
+                self.problem(key, format!("expected true or false, found {t}"));
+                default
+            }
+        }
+    }
+
+    fn finish(self) {
+        let unknown: BTreeMap<&String, ()> = self
+            .table
+            .keys()
+            .filter(|k| !self.known.contains(&k.as_str()))
+            .map(|k| (k, ()))
+            .collect();
+        for k in unknown.keys() {
+            self.problems.push(Problem {
+                path: format!("{}.{k}", self.path),
+                message: format!("unknown key (known: {})", self.known.join(", ")),
+            });
+        }
+    }
+}
+
+/// A stable fingerprint of the `[[backends]]` list, stored with the persisted state so a
+/// restart can tell whether the operator edited the list since (then the file wins).
+pub fn backends_fingerprint(backends: &[BackendConfig]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for b in backends {
+        h.update(b.name.as_bytes());
+        h.update([0]);
+        h.update(b.addr.to_string().as_bytes());
+        h.update([0]);
+    }
+    h.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn full_file() {
+        let c = from_toml(
+            r#"
+            [listen]
+            proxy = "127.0.0.1:9080"
+            status = "127.0.0.1:9081"
+            [[backends]]
+            name = "web1"
+            addr = "127.0.0.1:9001"
+            [[backends]]
+            name = "web2"
+            addr = "localhost:9002"
+            [timeouts]
+            connect = "2s"
+            server = "1m 30s"
+            [limits]
+            max_connections = 50
+            "#,
+            &env(&[]),
+        )
+        .unwrap();
+        assert_eq!(c.listen.proxy.port(), 9080);
+        assert_eq!(c.backends.len(), 2);
+        assert_eq!(c.backends[1].addr.to_string(), "localhost:9002");
+        assert_eq!(c.timeouts.connect, Duration::from_secs(2));
+        assert_eq!(c.timeouts.server, Duration::from_secs(90));
+        assert_eq!(c.limits.max_connections, 50);
+    }
+
+    #[test]
+    fn every_problem_is_listed_with_its_path() {
+        let err = from_toml(
+            r#"
+            bogus = 1
+            [listen]
+            proxy = "nowhere"
+            [timeouts]
+            connect = "ten seconds"
+            client = 5
+            colour = "blue"
+            [limits]
+            max_header_size = 100
+            [[backends]]
+            name = "web 1"
+            addr = "127.0.0.1:0"
+            [[backends]]
+            addr = "127.0.0.1:9002"
+            "#,
+            &env(&[]),
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+        for want in [
+            "bogus",
+            "listen.proxy",
+            "timeouts.connect",
+            "timeouts.client",
+            "timeouts.colour",
+            "limits.max_header_size",
+            "backends[0].name",
+            "backends[0].addr",
+            "backends[1].name",
+        ] {
+            assert!(paths.contains(&want), "missing {want} in {paths:?}");
+        }
+    }
+
+    #[test]
+    fn syntax_error_names_the_line() {
+        let err = from_toml("[listen]\nproxy = \n", &env(&[])).unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert!(err.0[0].path.starts_with("line "), "{:?}", err.0);
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let c = from_toml(
+            "[listen]\nproxy = \"127.0.0.1:1000\"\n",
+            &env(&[
+                ("OPENSHIFT_GEARLB_IP", "127.1.2.3"),
+                ("OPENSHIFT_GEARLB_PORT", "8080"),
+                ("OPENSHIFT_DATA_DIR", "/home/gear/app-root/data/"),
+                ("OPENSHIFT_NAMESPACE", "ns"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.listen.proxy, "127.1.2.3:8080".parse().unwrap());
+        assert_eq!(
+            c.state.dir,
+            PathBuf::from("/home/gear/app-root/data/gearlb")
+        );
+        assert_eq!(c.gear.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn bad_env_is_a_problem() {
+        let err = from_toml(
+            "",
+            &env(&[
+                ("OPENSHIFT_GEARLB_IP", "x"),
+                ("OPENSHIFT_GEARLB_PORT", "8080"),
+            ]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].path, "env OPENSHIFT_GEARLB_IP");
+        let err = from_toml("", &env(&[("OPENSHIFT_GEARLB_PORT", "8080")])).unwrap_err();
+        assert!(err.0[0].message.contains("together"));
+    }
+
+    #[test]
+    fn duplicate_backend_names() {
+        let err = from_toml(
+            "[[backends]]\nname=\"a\"\naddr=\"127.0.0.1:1\"\n[[backends]]\nname=\"a\"\naddr=\"127.0.0.1:2\"\n",
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].path, "backends[1].name");
+    }
+
+    #[test]
+    fn fingerprint_tracks_the_list() {
+        let a = vec![BackendConfig {
+            name: "a".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+        }];
+        let mut b = a.clone();
+        assert_eq!(backends_fingerprint(&a), backends_fingerprint(&b));
+        b[0].addr = "127.0.0.1:2".parse().unwrap();
+        assert_ne!(backends_fingerprint(&a), backends_fingerprint(&b));
+    }
+}

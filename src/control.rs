@@ -1,0 +1,291 @@
+//! The local control API: a unix socket (mode 0600) used by `gearlb ctl`, the cartridge's
+//! `bin/control` and its hooks.
+//!
+//! Owns the wire protocol (one JSON request line in, one JSON reply line out), the
+//! socket's life (stale socket files replaced, a live one never stolen, removed on stop),
+//! access control (only the balancer's own user, or root, may connect: checked with the
+//! peer's credentials, on top of the file mode), and the client side used by `gearlb ctl`.
+//! What a command does is up to the [`Handler`]; this module only carries it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// Largest request accepted, in bytes.
+const MAX_REQUEST: u64 = 1 << 20;
+/// Time a client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A command sent to the balancer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    Status,
+    /// The complete list of web gears, as `update-cluster` arguments.
+    UpdateCluster {
+        args: Vec<String>,
+    },
+    /// Re-read the config file, with this environment (the caller's: in cartridge mode
+    /// `bin/control reload` runs with the gear's current variables).
+    Reload {
+        env: BTreeMap<String, String>,
+    },
+}
+
+/// The balancer's answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// Exit code for `gearlb ctl`: 0 success, 22 bad update-cluster entries,
+    /// 64 bad configuration, 1 other failure.
+    pub exit_code: i32,
+    /// Text for a person (may be empty).
+    pub message: String,
+    /// Structured result (command specific).
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+impl Reply {
+    pub fn ok(message: impl Into<String>, data: serde_json::Value) -> Self {
+        Reply {
+            exit_code: 0,
+            message: message.into(),
+            data,
+        }
+    }
+
+    pub fn error(exit_code: i32, message: impl Into<String>) -> Self {
+        Reply {
+            exit_code,
+            message: message.into(),
+            data: serde_json::Value::Null,
+        }
+    }
+}
+
+/// Carries out commands.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request) -> impl Future<Output = Reply> + Send;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("another gearlb is already running with control socket {0}")]
+    InUse(PathBuf),
+    #[error("control socket {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Create the control socket: parent directory created if missing, a stale socket file
+/// replaced, permissions 0600.
+pub async fn bind(path: &Path) -> Result<UnixListener, BindError> {
+    let io = |source| BindError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).await.is_ok() {
+            return Err(BindError::InUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    Ok(listener)
+}
+
+/// Serve commands until `shutdown`; then remove the socket file.
+pub async fn serve<H: Handler>(
+    listener: UnixListener,
+    path: PathBuf,
+    handler: Arc<H>,
+    shutdown: CancellationToken,
+) {
+    let me = rustix::process::geteuid().as_raw();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    warn!(error = %e, "control socket accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        match stream.peer_cred() {
+            Ok(cred) if cred.uid() == me || cred.uid() == 0 => {}
+            Ok(cred) => {
+                warn!(
+                    uid = cred.uid(),
+                    "control connection from another user refused"
+                );
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e, "control connection without credentials refused");
+                continue;
+            }
+        }
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_one(stream, &*handler).await {
+                debug!(error = %e, "control connection failed");
+            }
+        });
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&path);
+}
+
+async fn serve_one<H: Handler>(stream: UnixStream, handler: &H) -> std::io::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read.take(MAX_REQUEST));
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await;
+    let reply = match read {
+        Err(_) => Reply::error(1, "no request received in time"),
+        Ok(Err(e)) => Reply::error(1, format!("could not read request: {e}")),
+        Ok(Ok(_)) if !line.ends_with('\n') => Reply::error(
+            1,
+            format!("request missing or larger than {MAX_REQUEST} bytes"),
+        ),
+        Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
+            Ok(req) => handler.handle(req).await,
+            Err(e) => Reply::error(1, format!("invalid request: {e}")),
+        },
+    };
+    let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    write.write_all(&out).await?;
+    write.shutdown().await
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach gearlb on {path} (is it running?): {source}")]
+    Connect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("control socket {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("control socket {path}: unreadable reply: {reason}")]
+    Reply { path: PathBuf, reason: String },
+}
+
+/// Send one command and wait for the reply.
+pub async fn call(path: &Path, req: &Request) -> Result<Reply, ClientError> {
+    let io = |source| ClientError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut stream = UnixStream::connect(path)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let mut line = serde_json::to_vec(req).map_err(|e| io(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    stream.write_all(&line).await.map_err(io)?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.map_err(io)?;
+    serde_json::from_str(&reply).map_err(|e| ClientError::Reply {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    struct Echo;
+
+    impl Handler for Echo {
+        async fn handle(&self, req: Request) -> Reply {
+            Reply::ok("echo", serde_json::to_value(req).unwrap())
+        }
+    }
+
+    #[tokio::test]
+    async fn round_trip_permissions_and_cleanup() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/control.sock");
+        let listener = bind(&path).await.unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+        // A second balancer must not steal a live socket.
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve(listener, path.clone(), Arc::new(Echo), stop.clone()));
+        assert!(matches!(bind(&path).await, Err(BindError::InUse(_))));
+
+        let req = Request::UpdateCluster {
+            args: vec!["a b".into()],
+        };
+        let reply = call(&path, &req).await.unwrap();
+        assert_eq!(reply.exit_code, 0);
+        assert_eq!(reply.data["cmd"], "update-cluster");
+        assert_eq!(reply.data["args"][0], "a b");
+
+        stop.cancel();
+        task.await.unwrap();
+        assert!(!path.exists(), "socket file removed on stop");
+        assert!(matches!(
+            call(&path, &Request::Status).await,
+            Err(ClientError::Connect { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn stale_socket_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        bind(&path).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn garbage_requests_get_an_error_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let listener = bind(&path).await.unwrap();
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(listener, path.clone(), Arc::new(Echo), stop.clone()));
+        let mut s = UnixStream::connect(&path).await.unwrap();
+        s.write_all(b"{\"cmd\":\"format-disk\"}\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let reply: Reply = serde_json::from_str(&out).unwrap();
+        assert_eq!(reply.exit_code, 1);
+        assert!(reply.message.contains("invalid request"));
+        stop.cancel();
+    }
+}

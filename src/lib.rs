@@ -1,0 +1,31 @@
+//! gearlb: the HTTP load balancer that runs inside each web load-balancer gear of a
+//! scalable application, replacing the HAProxy cartridge.
+//!
+//! # Layout
+//! - [`config`]: TOML file + gear environment → one validated `Config` (every problem listed).
+//! - [`gear`]: gear names, addresses and the platform's `update-cluster` entry format.
+//! - [`routing`]: the routing table snapshot (arc-swap) and backend selection.
+//! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
+//!   [`proxy::upstream`] holds one connection pool per backend,
+//!   [`proxy::forward`] the header rewriting.
+//! - [`control`]: the unix-socket control API used by `gearlb ctl`.
+//! - [`state`]: the persisted backend set, written atomically.
+//! - [`stats`]: counters and the status report; [`status`]: the status listener.
+//! - [`server`]: assembly, control-plane operations, start-up and stop.
+//! - [`cli`]: the command line.
+//!
+//! The request path reads an immutable routing snapshot and atomic counters only: it
+//! never takes a lock and never waits on the control plane.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod control;
+pub mod gear;
+pub mod proxy;
+pub mod routing;
+pub mod server;
+pub mod state;
+pub mod stats;
+pub mod status;

@@ -1,0 +1,336 @@
+//! Request and response rewriting between client and backend: pure functions over
+//! `http` parts.
+//!
+//! Owns what the balancer changes in a message, and promises to change nothing else:
+//! the Host header and the path are forwarded exactly as received; hop-by-hop headers
+//! (RFC 9110 §7.6.1, plus any named in `Connection`) are removed both ways;
+//! `X-Forwarded-For` is appended to; `X-Forwarded-Proto/-Host/-Port` and RFC 7239
+//! `Forwarded` describe the client's request.
+//!
+//! Trust: with `trust_forwarded` (the default in a gear, whose only client is the node's
+//! proxy or the router), `X-Forwarded-Proto/-Host/-Port` already present are kept and
+//! `Forwarded` is appended to; without it they are replaced, so a client cannot claim to
+//! have come over HTTPS.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Uri, Version};
+
+/// What the proxy knows about the client connection.
+#[derive(Clone, Debug)]
+pub struct ClientInfo {
+    pub peer: SocketAddr,
+    /// Port of the listener the client connected to.
+    pub local_port: u16,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Hop-by-hop headers that are never forwarded.
+fn fixed_hop_headers() -> [&'static HeaderName; 8] {
+    [
+        &header::CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+        &header::UPGRADE,
+        &header::PROXY_AUTHENTICATE,
+    ]
+}
+
+/// Remove hop-by-hop headers, including those the `Connection` header names.
+pub fn remove_hop_headers(headers: &mut HeaderMap) {
+    let mut named: Vec<HeaderName> = Vec::new();
+    for v in headers.get_all(header::CONNECTION) {
+        if let Ok(s) = v.to_str() {
+            for token in s.split(',') {
+                if let Ok(name) = HeaderName::from_bytes(token.trim().as_bytes()) {
+                    named.push(name);
+                }
+            }
+        }
+    }
+    for name in named {
+        // Never let `Connection: host` or similar strip end-to-end essentials.
+        if name != header::HOST && name != header::CONTENT_LENGTH {
+            headers.remove(&name);
+        }
+    }
+    for name in fixed_hop_headers() {
+        headers.remove(name);
+    }
+}
+
+/// Rewrite a client request head into the head sent to the backend.
+pub fn prepare_request(
+    parts: &mut http::request::Parts,
+    client: &ClientInfo,
+    trust_forwarded: bool,
+) {
+    // HTTP/2 clients carry the host in :authority; HTTP/1.1 backends need Host.
+    if !parts.headers.contains_key(header::HOST) {
+        if let Some(auth) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(auth.as_str()) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
+    }
+    // Absolute-form (or h2) URIs become origin-form; the path and query stay as sent.
+    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
+        if let Ok(uri) = pq.parse::<Uri>() {
+            parts.uri = uri;
+        }
+    }
+    parts.version = Version::HTTP_11;
+    remove_hop_headers(&mut parts.headers);
+    // The balancer answers `Expect: 100-continue` itself when it starts reading the
+    // body; the backend gets the body straight away.
+    parts.headers.remove(header::EXPECT);
+
+    let h = &mut parts.headers;
+    let ip = client.peer.ip();
+    let xff = match joined(h, &X_FORWARDED_FOR) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip.to_string(),
+    };
+    set(h, &X_FORWARDED_FOR, &xff);
+
+    let host = h
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let keep = |h: &HeaderMap, n: &HeaderName| trust_forwarded && h.contains_key(n);
+    if !keep(h, &X_FORWARDED_PROTO) {
+        set(h, &X_FORWARDED_PROTO, client.scheme);
+    }
+    if !keep(h, &X_FORWARDED_HOST) {
+        match &host {
+            Some(host) => set(h, &X_FORWARDED_HOST, host),
+            None => {
+                h.remove(&X_FORWARDED_HOST);
+            }
+        }
+    }
+    if !keep(h, &X_FORWARDED_PORT) {
+        set(h, &X_FORWARDED_PORT, &client.local_port.to_string());
+    }
+
+    let mut element = format!("for={}", forwarded_node(ip));
+    if let Some(host) = &host {
+        element.push_str(";host=");
+        element.push_str(&forwarded_value(host));
+    }
+    element.push_str(";proto=");
+    element.push_str(client.scheme);
+    let forwarded = match trust_forwarded
+        .then(|| joined(h, &header::FORWARDED))
+        .flatten()
+    {
+        Some(prev) => format!("{prev}, {element}"),
+        None => element,
+    };
+    set(h, &header::FORWARDED, &forwarded);
+}
+
+/// Rewrite a backend response head before it goes to the client.
+pub fn prepare_response(parts: &mut http::response::Parts) {
+    remove_hop_headers(&mut parts.headers);
+}
+
+/// All values of a header joined with ", " (the list form), if any is valid text.
+fn joined(h: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let parts: Vec<&str> = h
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+fn set(h: &mut HeaderMap, name: &HeaderName, value: &str) {
+    match HeaderValue::from_str(value) {
+        Ok(v) => {
+            h.insert(name.clone(), v);
+        }
+        Err(_) => {
+            h.remove(name);
+        }
+    }
+}
+
+/// RFC 7239 node: IPv6 addresses are bracketed and quoted.
+fn forwarded_node(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    }
+}
+
+/// RFC 7239 value: a token as is, anything else quoted.
+fn forwarded_value(v: &str) -> String {
+    let token = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if token {
+        v.to_string()
+    } else {
+        let escaped: String = v
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("\"{escaped}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ClientInfo {
+        ClientInfo {
+            peer: "192.0.2.7:5555".parse().unwrap(),
+            local_port: 8080,
+            scheme: "http",
+        }
+    }
+
+    fn req(builder: http::request::Builder) -> http::request::Parts {
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn host_and_path_preserved_forwarding_headers_set() {
+        let mut p = req(http::Request::get("/a%2Fb/../c?x=1&y=%20")
+            .header("host", "App-NS.Example.com:8000")
+            .header("x-forwarded-for", "203.0.113.1"));
+        prepare_request(&mut p, &client(), true);
+        assert_eq!(p.uri.to_string(), "/a%2Fb/../c?x=1&y=%20");
+        assert_eq!(p.headers["host"], "App-NS.Example.com:8000");
+        assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1, 192.0.2.7");
+        assert_eq!(p.headers["x-forwarded-proto"], "http");
+        assert_eq!(p.headers["x-forwarded-host"], "App-NS.Example.com:8000");
+        assert_eq!(p.headers["x-forwarded-port"], "8080");
+        assert_eq!(
+            p.headers["forwarded"],
+            "for=192.0.2.7;host=\"App-NS.Example.com:8000\";proto=http"
+        );
+    }
+
+    #[test]
+    fn trusted_front_proxy_values_are_kept() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("x-forwarded-proto", "https")
+            .header("x-forwarded-port", "443")
+            .header("forwarded", "for=203.0.113.1;proto=https"));
+        prepare_request(&mut p, &client(), true);
+        assert_eq!(p.headers["x-forwarded-proto"], "https");
+        assert_eq!(p.headers["x-forwarded-port"], "443");
+        assert_eq!(
+            p.headers["forwarded"],
+            "for=203.0.113.1;proto=https, for=192.0.2.7;host=h;proto=http"
+        );
+    }
+
+    #[test]
+    fn untrusted_values_are_replaced() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("x-forwarded-proto", "https")
+            .header("forwarded", "for=evil"));
+        prepare_request(&mut p, &client(), false);
+        assert_eq!(p.headers["x-forwarded-proto"], "http");
+        assert_eq!(p.headers["forwarded"], "for=192.0.2.7;host=h;proto=http");
+    }
+
+    #[test]
+    fn hop_by_hop_removed_including_connection_named() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("connection", "keep-alive, X-Secret")
+            .header("x-secret", "1")
+            .header("keep-alive", "timeout=5")
+            .header("te", "trailers")
+            .header("proxy-connection", "keep-alive")
+            .header("expect", "100-continue")
+            .header("x-end-to-end", "kept"));
+        prepare_request(&mut p, &client(), true);
+        for gone in [
+            "connection",
+            "x-secret",
+            "keep-alive",
+            "te",
+            "proxy-connection",
+            "expect",
+        ] {
+            assert!(!p.headers.contains_key(gone), "{gone} should be removed");
+        }
+        assert_eq!(p.headers["x-end-to-end"], "kept");
+    }
+
+    #[test]
+    fn connection_cannot_strip_host_or_length() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "host, content-length".parse().unwrap());
+        h.insert("host", "h".parse().unwrap());
+        h.insert("content-length", "3".parse().unwrap());
+        remove_hop_headers(&mut h);
+        assert!(h.contains_key("host") && h.contains_key("content-length"));
+    }
+
+    #[test]
+    fn absolute_form_and_h2_authority() {
+        let mut p = req(http::Request::get("http://example.com:81/p?q").version(Version::HTTP_2));
+        prepare_request(&mut p, &client(), true);
+        assert_eq!(p.uri.to_string(), "/p?q");
+        assert_eq!(p.headers["host"], "example.com:81");
+        assert_eq!(p.version, Version::HTTP_11);
+    }
+
+    #[test]
+    fn ipv6_client() {
+        let mut c = client();
+        c.peer = "[2001:db8::1]:5555".parse().unwrap();
+        let mut p = req(http::Request::get("/").header("host", "h"));
+        prepare_request(&mut p, &c, true);
+        assert_eq!(p.headers["x-forwarded-for"], "2001:db8::1");
+        assert!(p.headers["forwarded"]
+            .to_str()
+            .unwrap()
+            .starts_with("for=\"[2001:db8::1]\""));
+    }
+
+    #[test]
+    fn response_hop_headers_removed() {
+        let mut p = http::Response::builder()
+            .header("connection", "close")
+            .header("transfer-encoding", "chunked")
+            .header("content-type", "text/plain")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        prepare_response(&mut p);
+        assert!(!p.headers.contains_key("connection"));
+        assert!(!p.headers.contains_key("transfer-encoding"));
+        assert_eq!(p.headers["content-type"], "text/plain");
+    }
+}

@@ -1,0 +1,297 @@
+//! Life of a balancer process: configuration checks, control socket, persistence across
+//! restarts, signals.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[test]
+fn check_lists_every_problem_and_exits_64() {
+    let dir = workdir();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+colour = "blue"
+[listen]
+proxy = "not an address"
+[timeouts]
+connect = "soon"
+server = 10
+[limits]
+max_connections = -1
+[[backends]]
+name = "web 1"
+addr = "127.0.0.1:99999"
+"#,
+    )
+    .unwrap();
+    for cmd in ["check", "run"] {
+        let out = Command::new(bin())
+            .args([cmd, "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{cmd}: {err}");
+        for path in [
+            "colour",
+            "listen.proxy",
+            "timeouts.connect",
+            "timeouts.server",
+            "limits.max_connections",
+            "backends[0].name",
+            "backends[0].addr",
+        ] {
+            assert!(err.contains(path), "{cmd}: {path} not reported in:\n{err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = Command::new(bin())
+        .args(["check", "--config"])
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        config_text(
+            dir.path(),
+            &[("web1", "127.0.0.1:9001".parse().unwrap())],
+            "",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["check", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_socket_is_private() {
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[], ""));
+    let mode = std::fs::metadata(dir.path().join("control.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (code, out, _) = lb.ctl(&["status"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("backends: none"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_cluster_one_word_or_many_and_bad_entries() {
+    let (a, b) = (TestBackend::start("a").await, TestBackend::start("b").await);
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[], ""));
+
+    // One shell word holding spaces, as the node passes it.
+    let one = format!("a-ns.example.com|{} b-ns.example.com|{}", a.addr, b.addr);
+    let (code, out, err) = lb.ctl(&["update-cluster", &one]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(lb.backend_names(), vec!["gear-a-ns", "gear-b-ns"]);
+
+    // Many words; one invalid entry: reported, exit 22, the valid ones applied.
+    let (code, _, err) = lb.ctl(&[
+        "update-cluster",
+        &format!("a-ns.example.com|{}", a.addr),
+        "bad$(reboot)|1.2.3.4:80",
+    ]);
+    assert_eq!(code, 22);
+    assert!(err.contains("invalid entry"), "{err}");
+    assert_eq!(lb.backend_names(), vec!["gear-a-ns"]);
+
+    // A bad address for a known gear keeps the gear as it was.
+    let (code, _, err) = lb.ctl(&["update-cluster", "a-ns.example.com|127.0.0.1:0"]);
+    assert_eq!(code, 22, "{err}");
+    assert_eq!(lb.backend_names(), vec!["gear-a-ns"]);
+
+    // Nothing valid at all: nothing changes.
+    let (code, _, _) = lb.ctl(&["update-cluster", "garbage"]);
+    assert_eq!(code, 22);
+    assert_eq!(lb.backend_names(), vec!["gear-a-ns"]);
+    assert_eq!(get(lb.proxy, "/", &[]).await.unwrap().text(), "backend a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_restores_backends_unless_config_was_edited() {
+    let (a, b, c) = (
+        TestBackend::start("a").await,
+        TestBackend::start("b").await,
+        TestBackend::start("c").await,
+    );
+    let dir = workdir();
+    let config = config_text(dir.path(), &[("a", a.addr)], "");
+    let mut lb = Gearlb::start(dir.path(), &config);
+    let entries = format!("b-ns.example.com|{} c-ns.example.com|{}", b.addr, c.addr);
+    assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    lb.signal("TERM");
+    assert_eq!(lb.wait(Duration::from_secs(10)), Some(0));
+
+    // Same config: the operator's runtime change survives the restart.
+    let mut lb = Gearlb::start(dir.path(), &config);
+    assert_eq!(lb.backend_names(), vec!["gear-b-ns", "gear-c-ns"]);
+    let got = get(lb.proxy, "/", &[]).await.unwrap();
+    assert!(
+        got.text() == "backend b" || got.text() == "backend c",
+        "{}",
+        got.text()
+    );
+    lb.signal("TERM");
+    assert_eq!(lb.wait(Duration::from_secs(10)), Some(0));
+
+    // Edited [[backends]]: the file wins.
+    let edited = config_text(dir.path(), &[("a", a.addr), ("c", c.addr)], "");
+    let lb = Gearlb::start(dir.path(), &edited);
+    assert_eq!(lb.backend_names(), vec!["a", "c"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_state_file_is_set_aside() {
+    let a = TestBackend::start("a").await;
+    let dir = workdir();
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/state.json"), "{ not json").unwrap();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("a", a.addr)], ""));
+    assert_eq!(lb.backend_names(), vec!["a"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("data/state.json.bad")).unwrap(),
+        "{ not json"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_slow_request_finish() {
+    let b = TestBackend::start("slow").await;
+    let dir = workdir();
+    let mut lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("slow", b.addr)], ""),
+    );
+    let proxy = lb.proxy;
+    let slow = tokio::spawn(async move { get(proxy, "/slow?ms=1500", &[]).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    lb.signal("TERM");
+    // New connections are refused once the stop has begun.
+    let refused = eventually(Duration::from_secs(1), || {
+        std::net::TcpStream::connect(proxy).is_err()
+    })
+    .await;
+    assert!(refused, "still accepting after SIGTERM");
+    let got = slow.await.unwrap().unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), "slow done by slow");
+    let code = tokio::task::spawn_blocking(move || lb.wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "exited before the request was done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_clients_do_not_delay_stop() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let mut lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    // A client with an idle keep-alive connection, and one connected but silent.
+    let c = client();
+    let req = http::Request::get(format!("http://{}/", lb.proxy))
+        .body(gen_body(0))
+        .unwrap();
+    assert_eq!(send(&c, req).await.unwrap().status, 200);
+    let _silent = std::net::TcpStream::connect(lb.proxy).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    lb.signal("TERM");
+    let code = tokio::task::spawn_blocking(move || lb.wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_and_keeps_old_config_when_broken() {
+    let (a, b) = (TestBackend::start("a").await, TestBackend::start("b").await);
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("a", a.addr)], ""));
+    // Edited file: backends and a timeout change apply without a restart.
+    std::fs::write(&lb.config, config_text(dir.path(), &[("b", b.addr)], "")).unwrap();
+    lb.signal("HUP");
+    let mut names = Vec::new();
+    let ok = eventually(Duration::from_secs(5), || {
+        names = lb.backend_names();
+        names == vec!["b"]
+    })
+    .await;
+    assert!(ok, "{names:?}");
+    // Broken file: error logged, old configuration kept, still serving.
+    std::fs::write(&lb.config, "[listen\nproxy = 1").unwrap();
+    lb.signal("HUP");
+    let logged = eventually(Duration::from_secs(5), || {
+        lb.log_text().contains("reload refused")
+    })
+    .await;
+    assert!(logged, "{}", lb.log_text());
+    assert_eq!(lb.backend_names(), vec!["b"]);
+    assert_eq!(get(lb.proxy, "/", &[]).await.unwrap().text(), "backend b");
+    // `ctl reload` reports the problems and exits 64.
+    let (code, _, err) = lb.ctl(&["reload"]);
+    assert_eq!(code, 64);
+    assert!(err.contains("not valid TOML"), "{err}");
+}
+
+#[test]
+fn ctl_without_a_balancer_says_so() {
+    let dir = workdir();
+    let (code, _, err) = ctl(&dir.path().join("nothing.sock"), &["status"]);
+    assert_eq!(code, 69);
+    assert!(err.contains("is it running"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_balancer_cannot_take_the_socket() {
+    let dir = workdir();
+    let _lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[], ""));
+    let cfg = dir.path().join("second.toml");
+    std::fs::write(&cfg, config_text(dir.path(), &[], "")).unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("already running"), "{text}");
+}

@@ -1,0 +1,433 @@
+//! The data plane end to end: a real `gearlb run` process between a client and test
+//! backends on 127.0.0.1.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_host_and_path_exact() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+
+    let got = get(
+        lb.proxy,
+        "/headers/a%2Fb/../c?x=1&y=%20",
+        &[
+            ("host", "App-NS.Example.com:8000"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("connection", "x-hop"),
+            ("x-hop", "must-not-pass"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("x-custom", "Kept As Is"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    // Hop-by-hop headers of the response are removed too.
+    assert!(!got.headers.contains_key("x-resp-hop"));
+    assert!(!got.headers.contains_key("keep-alive"));
+    let seen = got.json();
+    // The backend's router sees only the path, so ask for the whole URI via /headers.
+    assert_eq!(seen["uri"], "/headers/a%2Fb/../c?x=1&y=%20");
+    let h = &seen["headers"];
+    assert_eq!(h["host"][0], "App-NS.Example.com:8000");
+    assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert_eq!(h["x-forwarded-host"][0], "App-NS.Example.com:8000");
+    assert_eq!(h["x-forwarded-port"][0], lb.proxy.port().to_string());
+    assert_eq!(
+        h["forwarded"][0],
+        "for=127.0.0.1;host=\"App-NS.Example.com:8000\";proto=http"
+    );
+    assert_eq!(h["x-custom"][0], "Kept As Is");
+    for gone in ["x-hop", "proxy-connection", "te"] {
+        assert!(h.get(gone).is_none(), "{gone} was forwarded: {h}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_backend_is_a_quick_503() {
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[], ""));
+    let t = Instant::now();
+    let got = get(lb.proxy, "/", &[]).await.unwrap();
+    assert_eq!(got.status, 503);
+    assert!(got.text().contains("no web gear"), "{}", got.text());
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let health = get(lb.status, "/health", &[]).await.unwrap();
+    assert_eq!(health.status, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_backend_gives_502_not_a_hang() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = l.local_addr().unwrap();
+    drop(l);
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("gone", dead)], ""));
+    let got = get(lb.proxy, "/", &[]).await.unwrap();
+    assert_eq!(got.status, 502);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_backend_times_out_with_504() {
+    let b = TestBackend::start("slow").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("slow", b.addr)],
+            "[timeouts]\nserver = \"300ms\"",
+        ),
+    );
+    let got = get(lb.proxy, "/slow?ms=3000", &[]).await.unwrap();
+    assert_eq!(got.status, 504);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_with_flat_memory() {
+    const SIZE: u64 = 160 << 20; // 160 MiB each way
+    let b = TestBackend::start("big").await;
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("big", b.addr)], ""));
+    let (rss_before, _) = lb.rss_kib();
+
+    // Download: count bytes as they arrive.
+    let c = client();
+    let req = http::Request::get(format!("http://{}/download?bytes={SIZE}", lb.proxy))
+        .body(gen_body(0))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut n = 0u64;
+    use http_body_util::BodyExt;
+    while let Some(f) = body.frame().await {
+        n += f.unwrap().data_ref().map_or(0, |d| d.len() as u64);
+    }
+    assert_eq!(n, SIZE);
+
+    // Upload: the backend answers with the byte count it received.
+    let req = http::Request::post(format!("http://{}/upload", lb.proxy))
+        .body(gen_body(SIZE))
+        .unwrap();
+    let got = send(&c, req).await.unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(got.text(), SIZE.to_string());
+
+    let (rss_after, peak) = lb.rss_kib();
+    // Buffering either body would need 160 MiB; streaming stays at a few MiB.
+    assert!(
+        peak < rss_before + 48 * 1024,
+        "peak RSS {peak} KiB (start {rss_before} KiB, end {rss_after} KiB)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_changes_under_load_fail_no_request() {
+    let backends: Vec<TestBackend> = futures_join(4).await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("b0", backends[0].addr), ("b1", backends[1].addr)],
+            "",
+        ),
+    );
+    let proxy = lb.proxy;
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = client();
+            let end = Instant::now() + Duration::from_secs(20);
+            // Bounded in count and time.
+            for i in 0..3000 {
+                if stop.load(Ordering::Relaxed) || Instant::now() > end {
+                    break;
+                }
+                let path = if i % 10 == 0 { "/slow?ms=20" } else { "/" };
+                let req = http::Request::get(format!("http://{proxy}{path}"))
+                    .body(gen_body(0))
+                    .unwrap();
+                match send(&c, req).await {
+                    Ok(g) if g.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    other => {
+                        eprintln!("failed: {other:?}");
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }));
+    }
+    // Twenty changes of the backend set while the load runs: add, remove, re-address.
+    let sets: Vec<Vec<usize>> = vec![
+        vec![0, 1, 2],
+        vec![2, 3],
+        vec![1],
+        vec![0, 3],
+        vec![0, 1, 2, 3],
+    ];
+    let socket = dir.path().join("control.sock");
+    for round in 0..20 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let set = &sets[round % sets.len()];
+        let entries: Vec<String> = set
+            .iter()
+            .map(|&i| format!("g{i}-ns.example.com|{}", backends[i].addr))
+            .collect();
+        let socket = socket.clone();
+        let (code, _, err) = tokio::task::spawn_blocking(move || {
+            let joined = entries.join(" ");
+            ctl(&socket, &["update-cluster", &joined])
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, 0, "{err}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(ok > 200, "only {ok} requests ran");
+    assert_eq!(failed, 0, "{failed} of {} requests failed", ok + failed);
+    // Every backend that was in some set took traffic.
+    for b in &backends {
+        assert!(b.requests() > 0, "{} got nothing", b.name);
+    }
+}
+
+async fn futures_join(n: usize) -> Vec<TestBackend> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(TestBackend::start(&format!("b{i}")).await);
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_to_backends_are_reused() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let c = client();
+    for _ in 0..50 {
+        let req = http::Request::get(format!("http://{}/", lb.proxy))
+            .body(gen_body(0))
+            .unwrap();
+        assert_eq!(send(&c, req).await.unwrap().status, 200);
+    }
+    assert_eq!(b.requests(), 50);
+    assert!(
+        b.connections.load(Ordering::Relaxed) <= 2,
+        "{} backend connections for 50 sequential requests",
+        b.connections.load(Ordering::Relaxed)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_spreads_over_backends() {
+    let (a, b) = (TestBackend::start("a").await, TestBackend::start("b").await);
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("a", a.addr), ("b", b.addr)], ""),
+    );
+    let mut seen = BTreeSet::new();
+    for _ in 0..40 {
+        seen.insert(get(lb.proxy, "/", &[]).await.unwrap().text());
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_get_431() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let big = "a".repeat(40 * 1024);
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+    let out = raw(lb.proxy, req.as_bytes(), Duration::from_secs(5));
+    assert!(
+        out.starts_with("HTTP/1.1 431"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+    assert_eq!(b.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_400() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    for bad in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        b"GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",
+    ] {
+        let out = raw(lb.proxy, bad, Duration::from_secs(5));
+        assert!(
+            out.starts_with("HTTP/1.1 400"),
+            "{:?} -> {out:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    assert_eq!(b.requests(), 0, "nothing malformed reached the backend");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).unwrap();
+    let interim = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(interim.starts_with("HTTP/1.1 100 Continue"), "{interim:?}");
+    s.write_all(b"hello").unwrap();
+    let mut rest = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                rest.extend_from_slice(&chunk[..n]);
+                if rest.ends_with(b"\r\n\r\n5") {
+                    break;
+                }
+            }
+        }
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("200 OK") && rest.ends_with('5'), "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_clients_are_served() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<BoxBody>();
+    let req = http::Request::get(format!("http://{}/headers", lb.proxy))
+        .body(gen_body(0))
+        .unwrap();
+    let got = send(&c, req).await.unwrap();
+    assert_eq!(got.status, 200);
+    let seen = got.json();
+    assert_eq!(seen["version"], "HTTP/1.1");
+    assert_eq!(seen["headers"]["host"][0], lb.proxy.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_are_refused_quickly() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            "[limits]\nmax_connections = 5",
+        ),
+    );
+    let held: Vec<_> = (0..5)
+        .map(|_| std::net::TcpStream::connect(lb.proxy).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let out = raw(
+        lb.proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.is_empty(), "over-limit connection was served: {out:?}");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    drop(held);
+    let ok = eventually(Duration::from_secs(5), || {
+        raw(
+            lb.proxy,
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(2),
+        )
+        .starts_with("HTTP/1.1 200")
+    })
+    .await;
+    assert!(ok, "served again once connections were released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_are_cut_at_the_client_timeout() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            "[timeouts]\nclient = \"300ms\"\nrequest_header = \"5s\"",
+        ),
+    );
+    use std::io::{Read, Write};
+    // A client that sends half a body and stalls is cut after ~client timeout.
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "not cut: {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(250));
+    // A slow backend is the server timeout's business, not the client's.
+    let got = get(lb.proxy, "/slow?ms=800", &[]).await.unwrap();
+    assert_eq!(got.status, 200);
+}

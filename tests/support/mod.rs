@@ -1,0 +1,477 @@
+//! Test support: small backend servers, a `gearlb` process wrapper and HTTP helpers.
+//! Everything listens on 127.0.0.1 with ports chosen by the kernel.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+fn full(s: impl Into<Bytes>) -> BoxBody {
+    Full::new(s.into()).map_err(|never| match never {}).boxed()
+}
+
+/// A web gear for tests. Routes:
+/// - `/headers`: JSON `{method, uri, headers}` of what it received;
+/// - `/slow?ms=N`: answers after N ms;
+/// - `/download?bytes=N`: N bytes, generated in 64 KiB chunks;
+/// - `/upload`: reads the body and answers its length;
+/// - anything else: `backend <name>`.
+pub struct TestBackend {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub requests: Arc<AtomicU64>,
+    pub connections: Arc<AtomicU64>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl TestBackend {
+    pub async fn start(name: &str) -> TestBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(name, listener)
+    }
+
+    /// Serve on a given address (to bring a killed backend back on its port).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> TestBackend {
+        let listener = TcpListener::bind(addr).await.unwrap();
+        Self::serve(name, listener)
+    }
+
+    fn serve(name: &str, listener: TcpListener) -> TestBackend {
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicU64::new(0));
+        let connections = Arc::new(AtomicU64::new(0));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (n, r, c) = (name.to_string(), requests.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                    _ = stopped.changed() => break,
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                let (n, r) = (n.clone(), r.clone());
+                let mut stopped = stopped.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        r.fetch_add(1, Ordering::Relaxed);
+                        let n = n.clone();
+                        async move { Ok::<_, Infallible>(route(&n, req).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades();
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stopped.changed() => {}
+                    }
+                });
+            }
+        });
+        TestBackend {
+            name: name.to_string(),
+            addr,
+            requests,
+            connections,
+            stop,
+        }
+    }
+
+    /// Stop listening and cut every open connection (like a killed gear).
+    pub fn kill(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for TestBackend {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn query_num(req: &Request<Incoming>, key: &str) -> u64 {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn route(name: &str, req: Request<Incoming>) -> Response<BoxBody> {
+    match req.uri().path() {
+        p if p.starts_with("/headers") => {
+            let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (k, v) in req.headers() {
+                headers
+                    .entry(k.as_str().to_string())
+                    .or_default()
+                    .push(String::from_utf8_lossy(v.as_bytes()).into_owned());
+            }
+            let body = serde_json::json!({
+                "backend": name,
+                "method": req.method().as_str(),
+                "uri": req.uri().to_string(),
+                "version": format!("{:?}", req.version()),
+                "headers": headers,
+            });
+            Response::builder()
+                .header("content-type", "application/json")
+                .header("connection", "x-resp-hop")
+                .header("x-resp-hop", "secret")
+                .header("keep-alive", "timeout=5")
+                .body(full(body.to_string()))
+                .unwrap()
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(query_num(&req, "ms"))).await;
+            Response::new(full(format!("slow done by {name}")))
+        }
+        "/download" => {
+            let total = query_num(&req, "bytes");
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            Response::builder()
+                .header("content-length", total.to_string())
+                .body(GenBody { left: total, chunk }.boxed())
+                .unwrap()
+        }
+        "/upload" => {
+            let mut body = req.into_body();
+            let mut n: u64 = 0;
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => n += f.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(_) => break,
+                }
+            }
+            Response::new(full(n.to_string()))
+        }
+        _ => Response::new(full(format!("backend {name}"))),
+    }
+}
+
+/// A body of `left` bytes in `chunk`-sized frames, generated lazily.
+struct GenBody {
+    left: u64,
+    chunk: Bytes,
+}
+
+impl hyper::body::Body for GenBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.left.min(self.chunk.len() as u64) as usize;
+        self.left -= n as u64;
+        std::task::Poll::Ready(Some(Ok(Frame::data(self.chunk.slice(..n)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+}
+
+/// Send a body of `len` bytes, generated lazily (for uploads).
+pub fn gen_body(len: u64) -> BoxBody {
+    GenBody {
+        left: len,
+        chunk: Bytes::from(vec![b'u'; 64 * 1024]),
+    }
+    .boxed()
+}
+
+/// A simple HTTP/1.1 response, fully read.
+#[derive(Debug)]
+pub struct Got {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Got {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// A keep-alive HTTP client (one pool per test).
+pub fn client(
+) -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>
+{
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build_http()
+}
+
+/// GET `path` from `addr` with extra headers.
+pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Result<Got, String> {
+    let mut req = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    send(&client(), req.body(full("")).unwrap()).await
+}
+
+pub async fn send(
+    c: &hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        BoxBody,
+    >,
+    req: Request<BoxBody>,
+) -> Result<Got, String> {
+    let resp = c.request(req).await.map_err(|e| format!("{e:?}"))?;
+    let status = resp.status().as_u16();
+    let (parts, body) = resp.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    Ok(Got {
+        status,
+        headers: parts.headers,
+        body,
+    })
+}
+
+/// Raw bytes in, raw bytes out (until the server closes or `wait` passes).
+pub fn raw(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gearlb"))
+}
+
+/// A `gearlb run` process with its own directory; killed when dropped.
+pub struct Gearlb {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub child: Child,
+    pub proxy: SocketAddr,
+    pub status: SocketAddr,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// A fresh working directory for one balancer.
+pub fn workdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("gearlb-test")
+        .tempdir()
+        .unwrap()
+}
+
+/// A config file body with the given `[[backends]]` and extra TOML; listeners on port 0.
+pub fn config_text(dir: &Path, backends: &[(&str, SocketAddr)], extra: &str) -> String {
+    let mut s = format!(
+        "[listen]\nproxy = \"127.0.0.1:0\"\nstatus = \"127.0.0.1:0\"\n[control]\nsocket = \"{}\"\n[state]\ndir = \"{}\"\n",
+        dir.join("control.sock").display(),
+        dir.join("data").display()
+    );
+    s.push_str(extra);
+    s.push('\n');
+    for (name, addr) in backends {
+        s.push_str(&format!(
+            "[[backends]]\nname = \"{name}\"\naddr = \"{addr}\"\n"
+        ));
+    }
+    s
+}
+
+impl Gearlb {
+    /// Write `config` into `dir/gearlb.toml` and start; waits until it serves.
+    pub fn start(dir: &Path, config: &str) -> Gearlb {
+        let path = dir.join("gearlb.toml");
+        std::fs::write(&path, config).unwrap();
+        Self::start_file(dir, &path)
+    }
+
+    pub fn start_file(dir: &Path, config: &Path) -> Gearlb {
+        let mut child = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .current_dir(dir)
+            .env("GEARLB_LOG", "info")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("gearlb serving") {
+                    let _ = tx.send(line.clone());
+                }
+                l.lock().unwrap().push(line);
+            }
+        });
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("gearlb did not start:\n{}", log.lock().unwrap().join("\n"));
+            }
+        };
+        let field = |key: &str| -> SocketAddr {
+            let start = line.find(&format!("{key}=")).unwrap() + key.len() + 1;
+            line[start..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        Gearlb {
+            dir: dir.to_path_buf(),
+            config: config.to_path_buf(),
+            proxy: field("proxy"),
+            status: field("status"),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Wait for exit; returns the exit code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Run `gearlb ctl --socket … ARGS`; returns (exit code, stdout, stderr).
+    pub fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        ctl(&self.dir.join("control.sock"), args)
+    }
+
+    /// Backend names in the balancer's status, in order.
+    pub fn backend_names(&self) -> Vec<String> {
+        let (code, out, err) = self.ctl(&["status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Resident memory of the process now and at its peak, in KiB.
+    pub fn rss_kib(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let get = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        (get("VmRSS:"), get("VmHWM:"))
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Gearlb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Poll `f` until it is true or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
