@@ -57,6 +57,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub limits: Limits,
     pub proxy: ProxyConfig,
+    pub health: HealthConfig,
+    pub sticky: StickyConfig,
+    pub cluster: ClusterConfig,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
 }
@@ -131,6 +134,59 @@ pub struct ProxyConfig {
     pub trust_forwarded: bool,
     /// Accept HTTP/2 cleartext (h2c prior knowledge) from clients. Default true.
     pub h2c: bool,
+    /// Further backends tried when one cannot be reached (every request), or fails
+    /// before answering an idempotent request without a body. Default 3.
+    pub retries: u32,
+}
+
+/// Active health checks (and passive ejection on real traffic).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Check and eject at all. Default true.
+    pub enabled: bool,
+    /// Path requested. Default `/`. Env `OPENSHIFT_GEARLB_HTTPCHK_URI` (aliases
+    /// `OPENSHIFT_HAPROXY_HTTPCHK_URI`, `HAPROXY_CARTRIDGE_HTTPCHK_URI`).
+    pub uri: String,
+    /// Regular expression a healthy status code matches (HAProxy `rstatus`).
+    /// Default `2..|3..|401`. Env `OPENSHIFT_GEARLB_HTTPCHK_EXPECT_RSTATUS` (aliases as above).
+    pub expect: String,
+    /// Time between checks of one backend. Default 2s.
+    pub interval: Duration,
+    /// Time a check may take. Default 2s.
+    pub timeout: Duration,
+    /// Consecutive failures that mark a backend down. Default 2.
+    pub fall: u32,
+    /// Consecutive successful checks that bring it back. Default 3.
+    pub rise: u32,
+}
+
+/// The sticky-session cookie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StickyConfig {
+    /// Insert and honour the cookie. Default true.
+    pub enabled: bool,
+    /// Cookie name. Default `GEAR`.
+    pub cookie: String,
+    /// Seal values (AEAD with expiry, key from `cluster.secret`) instead of the plain
+    /// `<gearname>-<ns>`. Default false.
+    pub seal: bool,
+    /// Lifetime of a sealed value. Default 24h.
+    pub max_age: Duration,
+}
+
+/// The balancers of one application.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Shared secret of the application's balancers. Env `OPENSHIFT_SECRET_TOKEN`.
+    pub secret: Option<String>,
+}
+
+impl fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// Who this balancer is, as the node platform tells it through the environment.
@@ -175,7 +231,24 @@ impl Default for Config {
             proxy: ProxyConfig {
                 trust_forwarded: true,
                 h2c: true,
+                retries: 3,
             },
+            health: HealthConfig {
+                enabled: true,
+                uri: "/".into(),
+                expect: "2..|3..|401".into(),
+                interval: Duration::from_secs(2),
+                timeout: Duration::from_secs(2),
+                fall: 2,
+                rise: 3,
+            },
+            sticky: StickyConfig {
+                enabled: true,
+                cookie: "GEAR".into(),
+                seal: false,
+                max_age: Duration::from_secs(24 * 3600),
+            },
+            cluster: ClusterConfig { secret: None },
             gear: GearIdentity::default(),
         }
     }
@@ -255,7 +328,8 @@ pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
 }
 
 const SECTIONS: &[&str] = &[
-    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy",
+    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "health",
+    "sticky", "cluster",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -337,6 +411,37 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     let mut r = Reader::new(&t, "proxy", problems);
     cfg.proxy.trust_forwarded = r.bool("trust_forwarded", cfg.proxy.trust_forwarded);
     cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
+    cfg.proxy.retries = r.uint("retries", cfg.proxy.retries as u64, 0, 16) as u32;
+    r.finish();
+
+    let t = section("health", problems);
+    let mut r = Reader::new(&t, "health", problems);
+    let h = cfg.health.clone();
+    cfg.health = HealthConfig {
+        enabled: r.bool("enabled", h.enabled),
+        uri: r.string("uri", &h.uri),
+        expect: r.string("expect", &h.expect),
+        interval: r.duration("interval", h.interval),
+        timeout: r.duration("timeout", h.timeout),
+        fall: r.uint("fall", h.fall as u64, 1, 100) as u32,
+        rise: r.uint("rise", h.rise as u64, 1, 100) as u32,
+    };
+    r.finish();
+
+    let t = section("sticky", problems);
+    let mut r = Reader::new(&t, "sticky", problems);
+    let st = cfg.sticky.clone();
+    cfg.sticky = StickyConfig {
+        enabled: r.bool("enabled", st.enabled),
+        cookie: r.string("cookie", &st.cookie),
+        seal: r.bool("seal", st.seal),
+        max_age: r.duration("max_age", st.max_age),
+    };
+    r.finish();
+
+    let t = section("cluster", problems);
+    let mut r = Reader::new(&t, "cluster", problems);
+    cfg.cluster.secret = r.str_value("secret");
     r.finish();
 
     match table.get("backends") {
@@ -428,6 +533,24 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     if let Some(dir) = env.var("OPENSHIFT_GEARLB_DIR") {
         cfg.control.socket = Path::new(&dir).join("run").join("control.sock");
     }
+    let first = |names: &[&str]| names.iter().find_map(|n| env.var(n));
+    if let Some(uri) = first(&[
+        "OPENSHIFT_GEARLB_HTTPCHK_URI",
+        "OPENSHIFT_HAPROXY_HTTPCHK_URI",
+        "HAPROXY_CARTRIDGE_HTTPCHK_URI",
+    ]) {
+        cfg.health.uri = uri;
+    }
+    if let Some(expect) = first(&[
+        "OPENSHIFT_GEARLB_HTTPCHK_EXPECT_RSTATUS",
+        "OPENSHIFT_HAPROXY_HTTPCHK_EXPECT_RSTATUS",
+        "HAPROXY_CARTRIDGE_HTTPCHK_EXPECT_RSTATUS",
+    ]) {
+        cfg.health.expect = expect;
+    }
+    if let Some(secret) = env.var("OPENSHIFT_SECRET_TOKEN") {
+        cfg.cluster.secret = Some(secret);
+    }
     cfg.gear = GearIdentity {
         uuid: env.var("OPENSHIFT_GEAR_UUID"),
         name: env.var("OPENSHIFT_GEAR_NAME"),
@@ -452,6 +575,39 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
                 message: format!("duplicate backend name {:?}", b.name),
             });
         }
+    }
+    let h = &cfg.health;
+    if !h.uri.starts_with('/') || h.uri.parse::<http::Uri>().is_err() {
+        problems.push(Problem {
+            path: "health.uri".into(),
+            message: format!("{:?} is not a path starting with '/'", h.uri),
+        });
+    }
+    if let Err(e) = regex_lite::Regex::new(&h.expect) {
+        problems.push(Problem {
+            path: "health.expect".into(),
+            message: format!("{:?} is not a valid regular expression: {e}", h.expect),
+        });
+    }
+    let cookie_ok = !cfg.sticky.cookie.is_empty()
+        && cfg.sticky.cookie.len() <= 64
+        && cfg
+            .sticky
+            .cookie
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !cookie_ok {
+        problems.push(Problem {
+            path: "sticky.cookie".into(),
+            message: format!("{:?} is not a valid cookie name", cfg.sticky.cookie),
+        });
+    }
+    if cfg.sticky.seal && cfg.cluster.secret.as_deref().is_none_or(|s| s.len() < 16) {
+        problems.push(Problem {
+            path: "sticky.seal".into(),
+            message: "needs cluster.secret (or OPENSHIFT_SECRET_TOKEN) of at least 16 characters"
+                .into(),
+        });
     }
     if cfg.control.socket.as_os_str().len() > 100 {
         problems.push(Problem {
@@ -510,6 +666,10 @@ impl<'a> Reader<'a> {
             self.problem(key, "required");
         }
         v
+    }
+
+    fn string(&mut self, key: &'static str, default: &str) -> String {
+        self.str_value(key).unwrap_or_else(|| default.to_string())
     }
 
     fn path(&mut self, key: &'static str, default: &Path) -> PathBuf {
@@ -737,6 +897,50 @@ mod tests {
             PathBuf::from("/home/gear/app-root/data/gearlb")
         );
         assert_eq!(c.gear.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn health_env_names_and_aliases() {
+        let c = from_toml(
+            "",
+            &env(&[
+                ("OPENSHIFT_HAPROXY_HTTPCHK_URI", "/old"),
+                ("HAPROXY_CARTRIDGE_HTTPCHK_EXPECT_RSTATUS", "200"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.health.uri.as_str(), c.health.expect.as_str()),
+            ("/old", "200")
+        );
+        let c = from_toml(
+            "",
+            &env(&[
+                ("OPENSHIFT_GEARLB_HTTPCHK_URI", "/new"),
+                ("OPENSHIFT_HAPROXY_HTTPCHK_URI", "/old"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.health.uri, "/new");
+        let err = from_toml("[health]\nexpect = \"2..(\"\nuri = \"nope\"", &env(&[])).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, vec!["health.uri", "health.expect"]);
+    }
+
+    #[test]
+    fn sealed_cookies_need_a_secret() {
+        let err = from_toml("[sticky]\nseal = true", &env(&[])).unwrap_err();
+        assert_eq!(err.0[0].path, "sticky.seal");
+        let c = from_toml(
+            "[sticky]\nseal = true",
+            &env(&[("OPENSHIFT_SECRET_TOKEN", "0123456789abcdef0123")]),
+        )
+        .unwrap();
+        assert!(c.sticky.seal);
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef"),
+            "secret must not be printed"
+        );
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! # Layout
 //! - [`config`]: TOML file + gear environment → one validated `Config` (every problem listed).
 //! - [`gear`]: gear names, addresses and the platform's `update-cluster` entry format.
-//! - [`routing`]: the routing table snapshot (arc-swap) and backend selection.
+//! - [`routing`]: the routing table snapshot (arc-swap), backend selection and the
+//!   sticky cookie ([`routing::sticky`]).
+//! - [`health`]: active health checks and passive ejection.
 //! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
 //!   [`proxy::upstream`] holds one connection pool per backend,
-//!   [`proxy::forward`] the header rewriting.
+//!   [`proxy::forward`] the header rewriting, [`proxy::tunnel`] WebSocket tunnels.
 //! - [`control`]: the unix-socket control API used by `gearlb ctl`.
 //! - [`state`]: the persisted backend set, written atomically.
 //! - [`stats`]: counters and the status report; [`status`]: the status listener.
@@ -23,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod gear;
+pub mod health;
 pub mod proxy;
 pub mod routing;
 pub mod server;

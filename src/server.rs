@@ -10,10 +10,12 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,8 +24,9 @@ use tracing::{error, info, warn};
 use crate::config::{self, backends_fingerprint, Config, ConfigErrors, EXIT_CONFIG};
 use crate::control::{self, Reply, Request};
 use crate::gear::{self, BadEntry};
+use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
-use crate::routing::{BackendSpec, Change, Router};
+use crate::routing::{Backend, BackendSpec, Change, Router};
 use crate::state::{PersistedState, StateStore, FORMAT};
 use crate::stats::{self, FrontendReport, FrontendStats, ListenReport, StatusReport};
 use crate::status::StatusSource;
@@ -34,6 +37,9 @@ pub const EXIT_BAD_ENTRIES: i32 = 22;
 /// The shared application state behind the listeners.
 pub struct App {
     router: Arc<Router>,
+    health: Arc<ArcSwap<HealthSettings>>,
+    ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Backend>>>>,
+    stopping: CancellationToken,
     frontend: Arc<FrontendStats>,
     proxy: Arc<ProxyCtx>,
     store: StateStore,
@@ -61,6 +67,7 @@ fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
             name: b.name.clone(),
             addr: b.addr.clone(),
             gear_dns: None,
+            cookie: None,
         })
         .collect()
 }
@@ -123,11 +130,18 @@ impl Server {
         }
 
         let frontend = Arc::new(FrontendStats::default());
+        let (eject_tx, eject_rx) = mpsc::unbounded_channel();
+        let stopping = CancellationToken::new();
         let proxy = Arc::new(ProxyCtx::new(
             router.clone(),
             frontend.clone(),
             Settings::from_config(&cfg),
+            eject_tx,
+            stopping.clone(),
         ));
+        let health = Arc::new(ArcSwap::from_pointee(HealthSettings::from_config(
+            &cfg.health,
+        )));
         let listen = ListenReport {
             proxy: proxy_listener.local_addr()?.to_string(),
             status: status_listener.local_addr()?.to_string(),
@@ -135,6 +149,9 @@ impl Server {
         let max_connections = cfg.limits.max_connections;
         let app = Arc::new(App {
             router,
+            health,
+            ejections: Mutex::new(Some(eject_rx)),
+            stopping,
             frontend,
             proxy,
             store,
@@ -177,6 +194,16 @@ impl Server {
     pub async fn run(self, stop: CancellationToken) {
         let app = self.app;
         let tracker = TaskTracker::new();
+        let ejections = app.ejections.lock().ok().and_then(|mut e| e.take());
+        let health_task = ejections.map(|rx| {
+            tokio::spawn(health::run(
+                app.router.clone(),
+                Arc::new(HttpChecker),
+                app.health.clone(),
+                rx,
+                stop.clone(),
+            ))
+        });
         info!(proxy = %app.listen.proxy, status = %app.listen.status, "gearlb serving");
         let proxy_task = tokio::spawn(proxy::serve(
             self.proxy_listener,
@@ -199,6 +226,10 @@ impl Server {
         ));
         stop.cancelled().await;
         info!("stopping: no new connections; waiting for requests in flight");
+        app.stopping.cancel();
+        if let Some(t) = health_task {
+            let _ = t.await;
+        }
         let _ = proxy_task.await;
         let _ = status_task.await;
         let _ = control_task.await;
@@ -260,6 +291,7 @@ impl App {
                 name: e.server_name(),
                 addr: e.addr.clone(),
                 gear_dns: Some(e.gear_dns.clone()),
+                cookie: None,
             })
             .collect();
         // A gear whose entry was malformed keeps its current address rather than being

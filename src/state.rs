@@ -170,6 +170,7 @@ mod tests {
                     name: format!("web{i}"),
                     addr: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
                     gear_dns: Some(format!("web{i}-ns.example.com")),
+                    cookie: None,
                 })
                 .collect(),
         }

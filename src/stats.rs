@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::routing::{BackendState, RoutingTable};
+use crate::routing::{BackendState, CheckReport, RoutingTable};
 
 /// Index of a status code's class (1xx → 0 … 5xx → 4).
 fn class_index(status: u16) -> usize {
@@ -155,6 +155,12 @@ pub struct BackendReport {
     pub addr: String,
     pub gear_dns: Option<String>,
     pub state: BackendState,
+    /// In this balancer's subset (else used only as a backup or for sticky requests).
+    pub in_subset: bool,
+    /// Latest active health check, if one ran.
+    pub last_check: Option<CheckReport>,
+    /// Upgraded connections (WebSocket) open now.
+    pub tunnels: u64,
     /// Requests in flight now (HAProxy `scur`).
     pub sessions: u64,
     pub sessions_max: u64,
@@ -198,7 +204,10 @@ pub fn backend_reports(table: &RoutingTable) -> Vec<BackendReport> {
                 name: b.spec.name.clone(),
                 addr: b.spec.addr.to_string(),
                 gear_dns: b.spec.gear_dns.clone(),
-                state: e.state,
+                state: e.state(),
+                in_subset: e.in_subset,
+                last_check: b.last_check.load_full().map(|c| (*c).clone()),
+                tunnels: b.tunnels.load(Ordering::Relaxed),
                 sessions: r(&s.outstanding),
                 sessions_max: r(&s.outstanding_max),
                 requests_total: r(&s.requests),
@@ -249,7 +258,7 @@ impl StatusReport {
             .unwrap_or(4)
             .max(4);
         out.push_str(&format!(
-            "{:<w$}  {:<22}  {:<8}  {:>8}  {:>10}  {:>7}  {:>6}\n",
+            "{:<w$}  {:<22}  {:<8}  {:>8}  {:>10}  {:>7}  {:>6}  CHECK\n",
             "NAME", "ADDRESS", "STATE", "SESSIONS", "REQUESTS", "ERRORS", "CONNS"
         ));
         for b in &self.backends {
@@ -257,9 +266,25 @@ impl StatusReport {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
+            let check = match &b.last_check {
+                Some(c) => format!(
+                    "{} {} ({} ms)",
+                    if c.ok { "ok" } else { "FAIL" },
+                    c.result,
+                    c.ms
+                ),
+                None => "-".into(),
+            };
             out.push_str(&format!(
-                "{:<w$}  {:<22}  {:<8}  {:>8}  {:>10}  {:>7}  {:>6}\n",
-                b.name, b.addr, state, b.sessions, b.requests_total, b.errors, b.connections_open
+                "{:<w$}  {:<22}  {:<8}  {:>8}  {:>10}  {:>7}  {:>6}  {}\n",
+                b.name,
+                b.addr,
+                state,
+                b.sessions,
+                b.requests_total,
+                b.errors,
+                b.connections_open,
+                check
             ));
         }
         out

@@ -71,12 +71,27 @@ pub fn remove_hop_headers(headers: &mut HeaderMap) {
     }
 }
 
-/// Rewrite a client request head into the head sent to the backend.
+/// True for an HTTP/1.1 protocol upgrade request (`Connection: upgrade` + `Upgrade`).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str().is_ok_and(|s| {
+                s.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+        })
+}
+
+/// Rewrite a client request head into the head sent to the backend. An upgrade request
+/// keeps `Connection: upgrade` and its `Upgrade` header: they are the point of it.
 pub fn prepare_request(
     parts: &mut http::request::Parts,
     client: &ClientInfo,
     trust_forwarded: bool,
 ) {
+    let upgrade = is_upgrade(&parts.headers)
+        .then(|| parts.headers.get(header::UPGRADE).cloned())
+        .flatten();
     // HTTP/2 clients carry the host in :authority; HTTP/1.1 backends need Host.
     if !parts.headers.contains_key(header::HOST) {
         if let Some(auth) = parts.uri.authority() {
@@ -98,6 +113,12 @@ pub fn prepare_request(
     }
     parts.version = Version::HTTP_11;
     remove_hop_headers(&mut parts.headers);
+    if let Some(proto) = upgrade {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        parts.headers.insert(header::UPGRADE, proto);
+    }
     // The balancer answers `Expect: 100-continue` itself when it starts reading the
     // body; the backend gets the body straight away.
     parts.headers.remove(header::EXPECT);
@@ -147,9 +168,24 @@ pub fn prepare_request(
     set(h, &header::FORWARDED, &forwarded);
 }
 
-/// Rewrite a backend response head before it goes to the client.
-pub fn prepare_response(parts: &mut http::response::Parts) {
+/// Rewrite a backend response head before it goes to the client. A `101 Switching
+/// Protocols` keeps its `Connection` and `Upgrade` headers.
+pub fn prepare_response(parts: &mut http::response::Parts, switching: bool) {
+    let keep = switching.then(|| {
+        (
+            parts.headers.get(header::UPGRADE).cloned(),
+            parts.headers.get(header::CONNECTION).cloned(),
+        )
+    });
     remove_hop_headers(&mut parts.headers);
+    if let Some((upgrade, connection)) = keep {
+        if let Some(u) = upgrade {
+            parts.headers.insert(header::UPGRADE, u);
+        }
+        if let Some(c) = connection {
+            parts.headers.insert(header::CONNECTION, c);
+        }
+    }
 }
 
 /// All values of a header joined with ", " (the list form), if any is valid text.
@@ -287,6 +323,31 @@ mod tests {
     }
 
     #[test]
+    fn upgrade_requests_keep_upgrade_headers() {
+        let mut p = req(http::Request::get("/ws")
+            .header("host", "h")
+            .header("connection", "keep-alive, Upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-key", "k"));
+        prepare_request(&mut p, &client(), true);
+        assert_eq!(p.headers["connection"], "upgrade");
+        assert_eq!(p.headers["upgrade"], "websocket");
+        assert_eq!(p.headers["sec-websocket-key"], "k");
+        let mut r = http::Response::builder()
+            .status(101)
+            .header("connection", "Upgrade")
+            .header("upgrade", "websocket")
+            .header("keep-alive", "x")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        prepare_response(&mut r, true);
+        assert_eq!(r.headers["upgrade"], "websocket");
+        assert!(!r.headers.contains_key("keep-alive"));
+    }
+
+    #[test]
     fn connection_cannot_strip_host_or_length() {
         let mut h = HeaderMap::new();
         h.insert("connection", "host, content-length".parse().unwrap());
@@ -328,7 +389,7 @@ mod tests {
             .unwrap()
             .into_parts()
             .0;
-        prepare_response(&mut p);
+        prepare_response(&mut p, false);
         assert!(!p.headers.contains_key("connection"));
         assert!(!p.headers.contains_key("transfer-encoding"));
         assert_eq!(p.headers["content-type"], "text/plain");

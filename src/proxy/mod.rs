@@ -2,37 +2,41 @@
 //! the answer back.
 //!
 //! Owns the accept loop and its connection limit, per-connection timeouts, request
-//! handling, and graceful stop. Per request: load the routing snapshot (lock-free),
-//! select a backend, take a pooled connection or open one, send, and stream the response
-//! body back without buffering it; the backend's in-flight count covers the whole
-//! exchange, up to the last byte of the response.
+//! handling (sticky cookie, selection, retries), and graceful stop. Per request: load the
+//! routing snapshot (lock-free), pick the backend the sticky cookie names or the least
+//! loaded one, take a pooled connection or open one, send, and stream the response body
+//! back without buffering it; the backend's in-flight count covers the whole exchange.
+//!
+//! Retries: a backend that cannot be reached is replaced by another (any request: its
+//! body was not sent), up to `proxy.retries`; an idempotent request without a body is
+//! also replayed elsewhere when the backend fails before answering. Everything else gets
+//! 502. Failures on real traffic are counted per backend and eject it after
+//! `health.fall` in a row (see `health`).
 //!
 //! Timeouts: `request_header` (hyper's header read timeout, which also bounds how long
 //! an idle keep-alive connection waits for its next request); `client` (no byte moved
-//! on the connection while the balancer is not waiting on a backend); `connect` and
-//! `server` (time to the backend's response head, answered with 504).
+//! while the balancer waits on the client); `connect`; `server` (time to the backend's
+//! response head, answered with 504); `tunnel` (idle upgraded connection).
 
+pub mod body;
 pub mod forward;
+pub mod io;
+pub mod tunnel;
 pub mod upstream;
 
 use std::convert::Infallible;
-use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -41,9 +45,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::config::Config;
+use crate::health::EjectSender;
+use crate::routing::sticky::Sticky;
 use crate::routing::{Backend, Router};
 use crate::stats::FrontendStats;
+pub use body::ProxyBody;
 use forward::ClientInfo;
+use io::{ActivityIo, Clock};
 use upstream::{ReqBody, Sender};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
@@ -53,15 +61,33 @@ pub struct Settings {
     pub trust_forwarded: bool,
     pub h2c: bool,
     pub max_header_size: usize,
+    pub retries: u32,
+    /// Consecutive failures on live traffic that eject a backend; 0 = never.
+    pub eject_after: u32,
+    pub sticky: Option<Sticky>,
 }
 
 impl Settings {
     pub fn from_config(c: &Config) -> Self {
+        let sticky = c
+            .sticky
+            .enabled
+            .then(|| match (&c.cluster.secret, c.sticky.seal) {
+                (Some(secret), true) => Sticky::sealed(
+                    &c.sticky.cookie,
+                    secret.as_bytes(),
+                    c.sticky.max_age.as_secs(),
+                ),
+                _ => Sticky::plain(&c.sticky.cookie),
+            });
         Settings {
             timeouts: c.timeouts.clone(),
             trust_forwarded: c.proxy.trust_forwarded,
             h2c: c.proxy.h2c,
             max_header_size: c.limits.max_header_size,
+            retries: c.proxy.retries,
+            eject_after: if c.health.enabled { c.health.fall } else { 0 },
+            sticky,
         }
     }
 }
@@ -71,22 +97,45 @@ pub struct ProxyCtx {
     pub router: Arc<Router>,
     pub stats: Arc<FrontendStats>,
     pub settings: ArcSwap<Settings>,
-    /// Reference point of the coarse activity clock.
-    epoch: Instant,
+    /// Backends that failed `eject_after` times in a row on live traffic.
+    ejections: EjectSender,
+    clock: Clock,
+    /// Cancelled when the balancer stops: closes tunnels.
+    stopping: CancellationToken,
 }
 
 impl ProxyCtx {
-    pub fn new(router: Arc<Router>, stats: Arc<FrontendStats>, settings: Settings) -> Self {
+    pub fn new(
+        router: Arc<Router>,
+        stats: Arc<FrontendStats>,
+        settings: Settings,
+        ejections: EjectSender,
+        stopping: CancellationToken,
+    ) -> Self {
         ProxyCtx {
             router,
             stats,
             settings: ArcSwap::from_pointee(settings),
-            epoch: Instant::now(),
+            ejections,
+            clock: Clock::new(),
+            stopping,
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+    /// A failure on live traffic; the request that makes it `eject_after` in a row
+    /// reports the backend for ejection.
+    fn passive_failure(&self, b: &Arc<Backend>, eject_after: u32) {
+        let n = b.passive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if eject_after > 0 && n == eject_after {
+            let _ = self.ejections.send(b.clone());
+        }
+    }
+
+    fn passive_success(&self, b: &Backend) {
+        // Load first: a store on every response would bounce the cache line.
+        if b.passive_failures.load(Ordering::Relaxed) != 0 {
+            b.passive_failures.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -137,8 +186,8 @@ pub async fn serve(
 /// Per-connection state shared between the connection task and its requests.
 struct ConnState {
     client: ClientInfo,
-    /// Coarse time (ms since `ProxyCtx::epoch`) of the last byte moved.
-    last_io: AtomicU64,
+    /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
+    last_io: Arc<AtomicU64>,
     /// Requests on this connection waiting for a backend's response head: while any
     /// is, and no upload is unfinished, the backend's timeout applies, not the client's.
     waiting_upstream: AtomicU32,
@@ -155,21 +204,18 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let settings = ctx.settings.load_full();
+    let last_io = Arc::new(AtomicU64::new(0));
     let conn_state = Arc::new(ConnState {
         client: ClientInfo {
             peer,
             local_port,
             scheme: "http",
         },
-        last_io: AtomicU64::new(ctx.now_ms()),
+        last_io: last_io.clone(),
         waiting_upstream: AtomicU32::new(0),
         uploads: Arc::new(AtomicU32::new(0)),
     });
-    let io = TokioIo::new(ActivityIo {
-        inner: stream,
-        ctx: ctx.clone(),
-        state: conn_state.clone(),
-    });
+    let io = TokioIo::new(ActivityIo::new(stream, ctx.clock, last_io));
 
     let svc_ctx = ctx.clone();
     let svc_state = conn_state.clone();
@@ -215,7 +261,7 @@ async fn serve_connection(
             }
             _ = &mut idle_check => {
                 let last = conn_state.last_io.load(Ordering::Relaxed);
-                let idle_ms = ctx.now_ms().saturating_sub(last);
+                let idle_ms = ctx.clock.now_ms().saturating_sub(last);
                 let waiting = conn_state.waiting_upstream.load(Ordering::Relaxed) > 0
                     && conn_state.uploads.load(Ordering::Relaxed) == 0;
                 let limit_ms = client_timeout.as_millis() as u64;
@@ -228,77 +274,6 @@ async fn serve_connection(
                 idle_check.as_mut().reset(Instant::now() + Duration::from_millis(next.max(1)));
             }
         }
-    }
-}
-
-/// The client socket, noting the time whenever bytes move.
-struct ActivityIo {
-    inner: TcpStream,
-    ctx: Arc<ProxyCtx>,
-    state: Arc<ConnState>,
-}
-
-impl ActivityIo {
-    fn touch(&self) {
-        self.state
-            .last_io
-            .store(self.ctx.now_ms(), Ordering::Relaxed);
-    }
-}
-
-impl AsyncRead for ActivityIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.touch();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for ActivityIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.touch();
-        }
-        r
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            this.touch();
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -405,8 +380,7 @@ async fn handle(
     let frontend = FrontendRequest::start(ctx);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let result = forward(ctx, conn, req).await;
-    let (resp, backend_name) = match result {
+    let (resp, backend_name) = match forward(ctx, conn, req).await {
         Ok((resp, name)) => (resp, name),
         Err((e, name)) => {
             if let ForwardError::NoBackend = e {
@@ -434,69 +408,251 @@ async fn handle(
 
 type ForwardResult = Result<(Response<ProxyBody>, String), (ForwardError, String)>;
 
-async fn forward(ctx: &Arc<ProxyCtx>, conn: &ConnState, req: Request<Incoming>) -> ForwardResult {
-    let settings = ctx.settings.load();
-    let backend = match ctx.router.load().select() {
-        Some(b) => b.clone(),
-        None => return Err((ForwardError::NoBackend, "-".into())),
-    };
-    let name = backend.spec.name.clone();
+/// Methods whose requests may be sent twice (RFC 9110 §9.2.2).
+fn idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+/// What is needed to send a body-less request again.
+struct Replay {
+    method: Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+impl Replay {
+    fn request(&self) -> Request<ReqBody> {
+        let mut r = Request::new(ReqBody::Empty);
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+/// One attempt's outcome when it did not produce a response.
+enum Failed {
+    /// The request never left: it can go to another backend as is.
+    NotSent(Box<Request<ReqBody>>, ForwardError),
+    /// It was (at least partly) sent.
+    Sent(ForwardError),
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn forward(
+    ctx: &Arc<ProxyCtx>,
+    conn: &ConnState,
+    mut req: Request<Incoming>,
+) -> ForwardResult {
+    let settings = ctx.settings.load_full();
+    let upgrade = forward::is_upgrade(req.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+
+    // Sticky cookie: taken out of the request whatever it says.
+    let sticky = settings.sticky.as_ref();
+    let cookie = sticky.and_then(|s| s.take(&mut parts.headers));
+    let secure = conn.client.scheme == "https"
+        || (settings.trust_forwarded
+            && parts
+                .headers
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https")));
     forward::prepare_request(&mut parts, &conn.client, settings.trust_forwarded);
-    let flight = InFlight::start(backend.clone());
+
+    let now = unix_now();
+    let pinned = {
+        let table = ctx.router.load();
+        match (sticky, cookie) {
+            (Some(s), Some(raw)) => s
+                .decode(&raw, now)
+                .and_then(|v| table.sticky_target(&v).cloned()),
+            _ => None,
+        }
+    };
+
+    let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| Replay {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+    });
     let pending = (!body.is_end_stream()).then(|| upstream::Pending::new(&conn.uploads));
     let mut req = Request::from_parts(parts, ReqBody::Incoming(body, pending));
-    let t = &settings.timeouts;
+    let mut tried: Vec<Arc<Backend>> = Vec::new();
+    let mut last_error = ForwardError::NoBackend;
+    let mut last_name = "-".to_string();
 
-    // Pooled connections first; one that turns out closed hands the request back
-    // untouched, so try the next, then a fresh connection.
+    for attempt in 0..=settings.retries {
+        let backend = match (&pinned, attempt) {
+            (Some(p), 0) => p.clone(),
+            _ => match ctx.router.load().select_excluding(&tried) {
+                Some(b) => b.clone(),
+                None => break,
+            },
+        };
+        last_name = backend.spec.name.clone();
+        let flight = InFlight::start(backend.clone());
+        match send_once(conn, &settings, &backend, req).await {
+            Ok((resp, sender)) => {
+                ctx.passive_success(&backend);
+                let insert_cookie =
+                    sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
+                let resp = respond(
+                    ctx,
+                    &settings,
+                    resp,
+                    sender,
+                    flight,
+                    insert_cookie,
+                    secure,
+                    now,
+                    client_upgrade,
+                );
+                return Ok((resp, last_name));
+            }
+            Err(Failed::NotSent(back, e)) => {
+                ctx.passive_failure(&backend, settings.eject_after);
+                debug!(backend = %last_name, error = %e, "backend unreachable, trying another");
+                req = *back;
+                last_error = e;
+            }
+            Err(Failed::Sent(e)) => {
+                if !matches!(e, ForwardError::Timeout(_)) {
+                    ctx.passive_failure(&backend, settings.eject_after);
+                }
+                match (&replay, &e) {
+                    (Some(r), ForwardError::Upstream(_)) => {
+                        debug!(backend = %last_name, error = %e, "backend failed, replaying elsewhere");
+                        req = r.request();
+                        last_error = e;
+                    }
+                    _ => return Err((e, last_name)),
+                }
+            }
+        }
+        tried.push(backend);
+    }
+    Err((last_error, last_name))
+}
+
+/// One attempt on one backend: a pooled connection (a closed one hands the request back
+/// untouched, so try the next) or a new one, then the request.
+async fn send_once(
+    conn: &ConnState,
+    settings: &Settings,
+    backend: &Arc<Backend>,
+    mut req: Request<ReqBody>,
+) -> Result<(Response<Incoming>, Sender), Failed> {
+    let t = &settings.timeouts;
     loop {
         let (mut sender, fresh) = match backend.pool.checkout_idle(t.upstream_idle) {
             Some(s) => (s, false),
             None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
-                Ok(s) => (s, true),
+                Ok(s) => {
+                    backend
+                        .stats
+                        .connections_opened
+                        .fetch_add(1, Ordering::Relaxed);
+                    (s, true)
+                }
                 Err(e) => {
                     backend.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                    return Err((ForwardError::Connect(e), name));
+                    return Err(Failed::NotSent(Box::new(req), ForwardError::Connect(e)));
                 }
             },
         };
-        if fresh {
-            backend
-                .stats
-                .connections_opened
-                .fetch_add(1, Ordering::Relaxed);
-        }
         let waiting = WaitingUpstream::new(conn);
         let sent = tokio::time::timeout(t.server, sender.try_send_request(req)).await;
         drop(waiting);
         match sent {
             Err(_) => {
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                return Err((ForwardError::Timeout(t.server), name));
+                return Err(Failed::Sent(ForwardError::Timeout(t.server)));
             }
-            Ok(Ok(resp)) => {
-                let status = resp.status().as_u16();
-                backend.stats.response(status);
-                let (mut parts, body) = resp.into_parts();
-                forward::prepare_response(&mut parts);
-                let body = ProxyBody::upstream(body, sender, flight);
-                return Ok((Response::from_parts(parts, body), name));
-            }
+            Ok(Ok(resp)) => return Ok((resp, sender)),
             Ok(Err(mut e)) => match e.take_message() {
-                Some(back) if !fresh => {
-                    req = back; // stale pooled connection: the request never left
-                }
-                _ => {
+                // A stale pooled connection: the request never left.
+                Some(back) if !fresh => req = back,
+                Some(back) => {
                     backend
                         .stats
                         .response_errors
                         .fetch_add(1, Ordering::Relaxed);
-                    return Err((ForwardError::Upstream(e.into_error()), name));
+                    return Err(Failed::NotSent(
+                        Box::new(back),
+                        ForwardError::Upstream(e.into_error()),
+                    ));
+                }
+                None => {
+                    backend
+                        .stats
+                        .response_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(Failed::Sent(ForwardError::Upstream(e.into_error())));
                 }
             },
         }
     }
+}
+
+/// Turn a backend's response into the client's: headers cleaned, sticky cookie
+/// inserted when the client had none for this backend, upgrades wired into a tunnel.
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    ctx: &ProxyCtx,
+    settings: &Settings,
+    mut resp: Response<Incoming>,
+    sender: Sender,
+    flight: InFlight,
+    insert_cookie: Option<&Sticky>,
+    secure: bool,
+    now: u64,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+) -> Response<ProxyBody> {
+    let backend = flight.backend().clone();
+    backend.stats.response(resp.status().as_u16());
+    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let mut sender = Some(sender);
+    if switching {
+        if let Some(client) = client_upgrade {
+            let server = hyper::upgrade::on(&mut resp);
+            tokio::spawn(tunnel::run(
+                client,
+                server,
+                backend.clone(),
+                settings.timeouts.tunnel,
+                ctx.stopping.clone(),
+            ));
+        }
+        // The backend connection now belongs to the tunnel, not the pool.
+        sender = None;
+    }
+    let (mut parts, body) = resp.into_parts();
+    forward::prepare_response(&mut parts, switching);
+    if let Some(sticky) = settings.sticky.as_ref() {
+        sticky.strip_set_cookie(&mut parts.headers);
+    }
+    if let Some(sticky) = insert_cookie {
+        if let Some(v) = sticky.set_cookie(&backend.sticky, secure, now) {
+            parts.headers.append(header::SET_COOKIE, v);
+            // nocache: a shared cache must not hand one client's cookie to everyone.
+            if !parts.headers.contains_key(header::CACHE_CONTROL) {
+                parts
+                    .headers
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+            }
+        }
+    }
+    Response::from_parts(parts, ProxyBody::upstream(body, sender, flight))
 }
 
 fn error_response(e: &ForwardError) -> Response<ProxyBody> {
@@ -509,99 +665,4 @@ fn error_response(e: &ForwardError) -> Response<ProxyBody> {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
-}
-
-/// Response body sent to clients: a backend's body streamed through, or a short text
-/// written by the balancer.
-pub struct ProxyBody {
-    kind: BodyKind,
-    _frontend: Option<FrontendRequest>,
-}
-
-enum BodyKind {
-    Text(Option<Bytes>),
-    Upstream(UpstreamBody),
-}
-
-impl ProxyBody {
-    pub fn text(s: &'static str) -> Self {
-        ProxyBody {
-            kind: BodyKind::Text(Some(Bytes::from_static(s.as_bytes()))),
-            _frontend: None,
-        }
-    }
-
-    fn upstream(inner: Incoming, sender: Sender, flight: InFlight) -> Self {
-        ProxyBody {
-            kind: BodyKind::Upstream(UpstreamBody {
-                inner,
-                sender: Some(sender),
-                flight,
-                done: false,
-            }),
-            _frontend: None,
-        }
-    }
-
-    fn with_frontend(mut self, f: FrontendRequest) -> Self {
-        self._frontend = Some(f);
-        self
-    }
-}
-
-impl Body for ProxyBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match &mut self.get_mut().kind {
-            BodyKind::Text(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            BodyKind::Upstream(u) => {
-                let r = Pin::new(&mut u.inner).poll_frame(cx);
-                if let Poll::Ready(None) = r {
-                    u.done = true;
-                }
-                r
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            BodyKind::Text(b) => b.is_none(),
-            BodyKind::Upstream(u) => u.done || u.inner.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            BodyKind::Text(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            BodyKind::Text(None) => SizeHint::with_exact(0),
-            BodyKind::Upstream(u) => u.inner.size_hint(),
-        }
-    }
-}
-
-/// A backend's response body. Holds the backend connection and the in-flight count
-/// until the body is finished; then the connection goes back to the pool.
-struct UpstreamBody {
-    inner: Incoming,
-    sender: Option<Sender>,
-    flight: InFlight,
-    /// The body was read to its end (hyper's `is_end_stream` stays false after a
-    /// chunked body ends, so this is tracked here).
-    done: bool,
-}
-
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        if let Some(sender) = self.sender.take() {
-            if self.done || self.inner.is_end_stream() {
-                self.flight.backend().pool.checkin(sender);
-            }
-        }
-    }
 }

@@ -13,12 +13,13 @@
 //! started on even if that backend is removed meanwhile.
 
 pub mod select;
+pub mod sticky;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::{Deserialize, Serialize};
 
 use crate::gear::Addr;
@@ -34,13 +35,31 @@ pub struct BackendSpec {
     /// The gear's DNS name when the platform announced it (`update-cluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gear_dns: Option<String>,
+    /// Sticky cookie value, when it is not derived (see [`BackendSpec::sticky_value`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
 }
 
-/// Where a backend is in its life, as far as selection is concerned.
+impl BackendSpec {
+    /// The sticky cookie value naming this backend, the same on every balancer: the
+    /// gear's `<gearname>-<ns>` (first label of its DNS name), else the backend name.
+    pub fn sticky_value(&self) -> String {
+        if let Some(c) = &self.cookie {
+            return c.clone();
+        }
+        match &self.gear_dns {
+            Some(dns) => dns.split('.').next().unwrap_or(dns).to_string(),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A backend's state as reported (status, CSV, JSON): the administrative state when
+/// the backend is out of rotation, else its health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendState {
-    /// Selectable.
+    /// Healthy and in rotation.
     Up,
     /// Failed health checks or passive checks: not selected.
     Down,
@@ -50,26 +69,53 @@ pub enum BackendState {
     Drained,
 }
 
-impl BackendState {
-    pub fn selectable(self) -> bool {
-        self == BackendState::Up
-    }
+/// Whether a backend is in rotation (operator's decision, independent of health).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Admin {
+    Active,
+    Draining,
+    Drained,
+}
+
+/// The result of the latest active health check of a backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub ok: bool,
+    /// Status code, or the error when there was none.
+    pub result: String,
+    /// Milliseconds the check took.
+    pub ms: u64,
+    /// Unix time of the check, seconds.
+    pub at: u64,
 }
 
 /// The long-lived part of one backend.
 #[derive(Debug)]
 pub struct Backend {
     pub spec: BackendSpec,
+    /// The sticky cookie value (cached [`BackendSpec::sticky_value`]).
+    pub sticky: String,
     pub stats: BackendStats,
     pub pool: Pool,
+    /// Consecutive failures seen on real traffic (reset by any answered request).
+    pub passive_failures: AtomicU32,
+    /// Upgraded connections (WebSocket) open now.
+    pub tunnels: AtomicU64,
+    /// Latest active check, if any ran.
+    pub last_check: ArcSwapOption<CheckReport>,
 }
 
 impl Backend {
     pub fn new(spec: BackendSpec, max_idle: usize) -> Arc<Self> {
         Arc::new(Backend {
+            sticky: spec.sticky_value(),
             spec,
             stats: BackendStats::default(),
             pool: Pool::new(max_idle),
+            passive_failures: AtomicU32::new(0),
+            tunnels: AtomicU64::new(0),
+            last_check: ArcSwapOption::empty(),
         })
     }
 
@@ -87,28 +133,73 @@ impl Backend {
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub backend: Arc<Backend>,
-    pub state: BackendState,
+    /// Health (active checks and passive ejection).
+    pub up: bool,
+    pub admin: Admin,
+    /// In this balancer's subset (coverage-limited subsets; all are, by default).
+    pub in_subset: bool,
+}
+
+impl Entry {
+    fn new(backend: Arc<Backend>) -> Self {
+        Entry {
+            backend,
+            up: true,
+            admin: Admin::Active,
+            in_subset: true,
+        }
+    }
+
+    /// Healthy and in rotation: may take new requests.
+    pub fn usable(&self) -> bool {
+        self.up && self.admin == Admin::Active
+    }
+
+    pub fn state(&self) -> BackendState {
+        match (self.admin, self.up) {
+            (Admin::Draining, _) => BackendState::Draining,
+            (Admin::Drained, _) => BackendState::Drained,
+            (Admin::Active, true) => BackendState::Up,
+            (Admin::Active, false) => BackendState::Down,
+        }
+    }
 }
 
 /// An immutable view of all backends; replaced, never mutated.
 #[derive(Debug, Default)]
 pub struct RoutingTable {
     entries: Vec<Entry>,
-    /// Indices into `entries` of the backends that may take new requests.
+    /// Indices of usable backends in this balancer's subset.
     selectable: Vec<usize>,
+    /// Indices of usable backends outside the subset: the last resort when no backend
+    /// of the subset is usable.
+    backups: Vec<usize>,
+    /// Sticky cookie value → index.
+    by_sticky: HashMap<String, usize>,
 }
 
 impl RoutingTable {
     fn new(entries: Vec<Entry>) -> Self {
-        let selectable = entries
+        let usable = |want_subset: bool| -> Vec<usize> {
+            entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.usable() && e.in_subset == want_subset)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let selectable = usable(true);
+        let backups = usable(false);
+        let by_sticky = entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.state.selectable())
-            .map(|(i, _)| i)
+            .map(|(i, e)| (e.backend.sticky.clone(), i))
             .collect();
         RoutingTable {
             entries,
             selectable,
+            backups,
+            by_sticky,
         }
     }
 
@@ -124,13 +215,43 @@ impl RoutingTable {
         self.selectable.len()
     }
 
-    /// Pick a backend for a new request: least outstanding among the selectable ones.
+    /// Pick a backend for a new request: least outstanding among the selectable ones,
+    /// else among the backups.
     pub fn select(&self) -> Option<&Arc<Backend>> {
-        let n = self.selectable.len();
-        let i = select::least_loaded(n, fastrand::usize(..), fastrand::usize(..), |k| {
-            self.entries[self.selectable[k]].backend.outstanding()
-        })?;
-        Some(&self.entries[self.selectable[i]].backend)
+        self.select_excluding(&[])
+    }
+
+    /// As [`RoutingTable::select`], never returning one of `tried` (retries).
+    pub fn select_excluding(&self, tried: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
+        self.pick(&self.selectable, tried)
+            .or_else(|| self.pick(&self.backups, tried))
+    }
+
+    fn pick(&self, set: &[usize], tried: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
+        let untried = |k: usize| {
+            !tried
+                .iter()
+                .any(|t| Arc::ptr_eq(t, &self.entries[set[k]].backend))
+        };
+        if tried.is_empty() {
+            let i =
+                select::least_loaded(set.len(), fastrand::usize(..), fastrand::usize(..), |k| {
+                    self.entries[set[k]].backend.outstanding()
+                })?;
+            return Some(&self.entries[set[i]].backend);
+        }
+        // Retries are rare: a plain scan over what has not been tried.
+        (0..set.len())
+            .filter(|&k| untried(k))
+            .min_by_key(|&k| self.entries[set[k]].backend.outstanding())
+            .map(|k| &self.entries[set[k]].backend)
+    }
+
+    /// The backend a sticky cookie value names, when it may take the request: known,
+    /// healthy and in rotation (inside the subset or not).
+    pub fn sticky_target(&self, value: &str) -> Option<&Arc<Backend>> {
+        let e = &self.entries[*self.by_sticky.get(value)?];
+        e.usable().then_some(&e.backend)
     }
 }
 
@@ -157,6 +278,7 @@ pub struct Router {
     /// Serialises writers; never taken on the request path.
     write: Mutex<()>,
     max_idle: usize,
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Router {
@@ -165,6 +287,7 @@ impl Router {
             table: ArcSwap::from_pointee(RoutingTable::default()),
             write: Mutex::new(()),
             max_idle,
+            changes: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -215,17 +338,11 @@ impl Router {
                 Some(e) => {
                     change.readdressed.push(spec.name.clone());
                     e.backend.pool.close();
-                    entries.push(Entry {
-                        backend: Backend::new(spec, self.max_idle),
-                        state: BackendState::Up,
-                    });
+                    entries.push(Entry::new(Backend::new(spec, self.max_idle)));
                 }
                 None => {
                     change.added.push(spec.name.clone());
-                    entries.push(Entry {
-                        backend: Backend::new(spec, self.max_idle),
-                        state: BackendState::Up,
-                    });
+                    entries.push(Entry::new(Backend::new(spec, self.max_idle)));
                 }
             }
         }
@@ -234,31 +351,55 @@ impl Router {
             e.backend.pool.close();
         }
         change.removed.sort();
-        self.table.store(Arc::new(RoutingTable::new(entries)));
+        self.publish(entries);
         change
     }
 
-    /// Set one backend's state. Returns false when no backend has that name.
-    pub fn set_state(&self, name: &str, state: BackendState) -> bool {
+    fn publish(&self, entries: Vec<Entry>) {
+        self.table.store(Arc::new(RoutingTable::new(entries)));
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    /// Change the entries matching `pick` with `edit`; false when none matched or
+    /// nothing changed.
+    fn edit(&self, pick: impl Fn(&Entry) -> bool, edit: impl Fn(&mut Entry)) -> bool {
         let _w = self.lock();
         let current = self.table.load_full();
-        if !current.entries.iter().any(|e| e.backend.name() == name) {
-            return false;
-        }
+        let mut changed = false;
         let entries = current
             .entries
             .iter()
-            .map(|e| Entry {
-                backend: e.backend.clone(),
-                state: if e.backend.name() == name {
-                    state
-                } else {
-                    e.state
-                },
+            .map(|e| {
+                let mut e = e.clone();
+                if pick(&e) {
+                    let before = (e.up, e.admin, e.in_subset);
+                    edit(&mut e);
+                    changed |= before != (e.up, e.admin, e.in_subset);
+                }
+                e
             })
             .collect();
-        self.table.store(Arc::new(RoutingTable::new(entries)));
-        true
+        if changed {
+            self.publish(entries);
+        }
+        changed
+    }
+
+    /// Mark this very backend (not a later one of the same name) up or down.
+    /// Returns true when its health changed.
+    pub fn set_health(&self, backend: &Arc<Backend>, up: bool) -> bool {
+        self.edit(|e| Arc::ptr_eq(&e.backend, backend), |e| e.up = up)
+    }
+
+    /// Put a backend in or out of rotation. Returns false when no backend has that
+    /// name or it already was in that state.
+    pub fn set_admin(&self, name: &str, admin: Admin) -> bool {
+        self.edit(|e| e.backend.name() == name, |e| e.admin = admin)
+    }
+
+    /// Notified (a generation number) whenever the table changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Close every pool (shutdown).
@@ -278,6 +419,7 @@ mod tests {
             name: name.into(),
             addr: format!("127.0.0.1:{port}").parse().unwrap(),
             gear_dns: None,
+            cookie: None,
         }
     }
 
@@ -288,7 +430,7 @@ mod tests {
         assert_eq!(c.added, vec!["a", "b"]);
         let a_before = r.load().get("a").unwrap().backend.clone();
         a_before.stats.requests.fetch_add(7, Ordering::Relaxed);
-        assert!(r.set_state("a", BackendState::Down));
+        assert!(r.set_health(&a_before, false));
 
         let c = r.replace_backends(vec![spec("a", 1), spec("b", 3), spec("c", 4)]);
         assert_eq!(c.added, vec!["c"]);
@@ -300,7 +442,7 @@ mod tests {
             Arc::ptr_eq(&a.backend, &a_before),
             "unchanged backend is carried over"
         );
-        assert_eq!(a.state, BackendState::Down, "state survives");
+        assert_eq!(a.state(), BackendState::Down, "state survives");
         assert_eq!(t.selectable_count(), 2);
 
         let c = r.replace_backends(vec![spec("c", 4)]);
@@ -312,14 +454,16 @@ mod tests {
     fn select_skips_down_and_draining() {
         let r = Router::new(4);
         r.replace_backends(vec![spec("a", 1), spec("b", 2), spec("c", 3)]);
-        r.set_state("a", BackendState::Down);
-        r.set_state("b", BackendState::Draining);
+        let a = r.load().get("a").unwrap().backend.clone();
+        r.set_health(&a, false);
+        r.set_admin("b", Admin::Draining);
         for _ in 0..50 {
             assert_eq!(r.load().select().unwrap().name(), "c");
         }
-        r.set_state("c", BackendState::Drained);
+        r.set_admin("c", Admin::Drained);
         assert!(r.load().select().is_none());
-        assert!(!r.set_state("zzz", BackendState::Up));
+        assert!(!r.set_admin("zzz", Admin::Active));
+        assert_eq!(r.load().get("b").unwrap().state(), BackendState::Draining);
     }
 
     #[test]
@@ -336,6 +480,56 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(t.select().unwrap().name(), "b");
         }
+    }
+
+    #[test]
+    fn sticky_targets_only_usable_backends() {
+        let r = Router::new(4);
+        let mut g = spec("gear-web1-ns", 1);
+        g.gear_dns = Some("web1-ns.example.com".into());
+        r.replace_backends(vec![g, spec("b", 2)]);
+        let t = r.load();
+        assert_eq!(t.sticky_target("web1-ns").unwrap().name(), "gear-web1-ns");
+        assert_eq!(t.sticky_target("b").unwrap().name(), "b");
+        assert!(t.sticky_target("gear-web1-ns").is_none());
+        assert!(t.sticky_target("../etc").is_none());
+        r.set_admin("gear-web1-ns", Admin::Draining);
+        assert!(r.load().sticky_target("web1-ns").is_none());
+    }
+
+    #[test]
+    fn out_of_subset_backends_are_backups() {
+        let r = Router::new(4);
+        r.replace_backends(vec![spec("a", 1), spec("b", 2)]);
+        r.edit(|e| e.backend.name() == "b", |e| e.in_subset = false);
+        for _ in 0..20 {
+            assert_eq!(r.load().select().unwrap().name(), "a");
+        }
+        let a = r.load().get("a").unwrap().backend.clone();
+        r.set_health(&a, false);
+        assert_eq!(
+            r.load().select().unwrap().name(),
+            "b",
+            "backup used when the subset is down"
+        );
+        assert!(r
+            .load()
+            .select_excluding(&[r.load().get("b").unwrap().backend.clone()])
+            .is_none());
+    }
+
+    #[test]
+    fn changes_are_notified() {
+        let r = Router::new(4);
+        let mut rx = r.subscribe();
+        r.replace_backends(vec![spec("a", 1)]);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        assert!(
+            !r.set_admin("a", Admin::Active),
+            "no-op edits publish nothing"
+        );
+        assert!(!rx.has_changed().unwrap());
     }
 
     #[test]

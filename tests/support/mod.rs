@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 
 pub type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 
-fn full(s: impl Into<Bytes>) -> BoxBody {
+pub fn full(s: impl Into<Bytes>) -> BoxBody {
     Full::new(s.into()).map_err(|never| match never {}).boxed()
 }
 
@@ -36,8 +36,11 @@ fn full(s: impl Into<Bytes>) -> BoxBody {
 pub struct TestBackend {
     pub name: String,
     pub addr: SocketAddr,
+    /// Requests served, health checks excluded.
     pub requests: Arc<AtomicU64>,
     pub connections: Arc<AtomicU64>,
+    /// `Host` of every health check received.
+    pub checks: Arc<Mutex<Vec<String>>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -57,8 +60,14 @@ impl TestBackend {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicU64::new(0));
         let connections = Arc::new(AtomicU64::new(0));
+        let checks = Arc::new(Mutex::new(Vec::new()));
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let (n, r, c) = (name.to_string(), requests.clone(), connections.clone());
+        let (n, r, c, k) = (
+            name.to_string(),
+            requests.clone(),
+            connections.clone(),
+            checks.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 let (stream, _) = tokio::select! {
@@ -66,11 +75,23 @@ impl TestBackend {
                     _ = stopped.changed() => break,
                 };
                 c.fetch_add(1, Ordering::Relaxed);
-                let (n, r) = (n.clone(), r.clone());
+                let (n, r, k) = (n.clone(), r.clone(), k.clone());
                 let mut stopped = stopped.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        r.fetch_add(1, Ordering::Relaxed);
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let is_check = req
+                            .headers()
+                            .get("user-agent")
+                            .is_some_and(|v| v == "gearlb-health-check");
+                        if is_check {
+                            let host = req
+                                .headers()
+                                .get("host")
+                                .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+                            k.lock().unwrap().push(host.unwrap_or_default());
+                        } else {
+                            r.fetch_add(1, Ordering::Relaxed);
+                        }
                         let n = n.clone();
                         async move { Ok::<_, Infallible>(route(&n, req).await) }
                     });
@@ -89,6 +110,7 @@ impl TestBackend {
             addr,
             requests,
             connections,
+            checks,
             stop,
         }
     }
@@ -120,8 +142,48 @@ fn query_num(req: &Request<Incoming>, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn route(name: &str, req: Request<Incoming>) -> Response<BoxBody> {
+async fn route(name: &str, mut req: Request<Incoming>) -> Response<BoxBody> {
     match req.uri().path() {
+        "/ws" => {
+            use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+            use tokio_tungstenite::tungstenite::protocol::Role;
+            let Some(key) = req.headers().get("sec-websocket-key") else {
+                return Response::builder()
+                    .status(400)
+                    .body(full("no key"))
+                    .unwrap();
+            };
+            let accept = derive_accept_key(key.as_bytes());
+            let upgrade = hyper::upgrade::on(&mut req);
+            let name = name.to_string();
+            tokio::spawn(async move {
+                let Ok(io) = upgrade.await else { return };
+                let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    TokioIo::new(io),
+                    Role::Server,
+                    None,
+                )
+                .await;
+                use futures_util::{SinkExt, StreamExt};
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text() {
+                        let reply = format!("{name}: {}", msg.into_text().unwrap());
+                        if ws.send(reply.into()).await.is_err() {
+                            break;
+                        }
+                    } else if msg.is_close() {
+                        break;
+                    }
+                }
+            });
+            Response::builder()
+                .status(101)
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-accept", accept)
+                .body(full(""))
+                .unwrap()
+        }
         p if p.starts_with("/headers") => {
             let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for (k, v) in req.headers() {
