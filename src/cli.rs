@@ -73,6 +73,17 @@ pub enum CtlCommand {
         #[arg(allow_hyphen_values = true)]
         entries: Vec<String>,
     },
+    /// Show the peer balancers: live or not, their load.
+    Peers {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace the known peer balancers: entries `'uuid'='uuid|host:port'` (the
+    /// subscriber hook's format), as one word with spaces or as many words.
+    SetPeers {
+        #[arg(allow_hyphen_values = true)]
+        entries: Vec<String>,
+    },
     /// Re-read the configuration file and environment without a restart.
     Reload,
 }
@@ -224,6 +235,8 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
     let (request, json) = match command {
         CtlCommand::Status { json } => (Request::Status, json),
         CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
+        CtlCommand::Peers { json } => (Request::Peers, json),
+        CtlCommand::SetPeers { entries } => (Request::SetPeers { args: entries }, false),
         CtlCommand::Reload => {
             // The daemon re-reads its file with the caller's gear environment.
             let env: BTreeMap<String, String> = std::env::vars()
@@ -265,6 +278,22 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
                     Ok(r) => print!("{}", r.to_text()),
                     Err(e) => {
                         eprintln!("gearlb: unexpected status report: {e}");
+                        return 1;
+                    }
+                }
+            }
+        }
+        Request::Peers if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                match serde_json::from_value::<crate::cluster::ClusterView>(reply.data) {
+                    Ok(v) => print!("{}", v.to_text()),
+                    Err(e) => {
+                        eprintln!("gearlb: unexpected cluster view: {e}");
                         return 1;
                     }
                 }

@@ -60,6 +60,7 @@ pub struct Config {
     pub health: HealthConfig,
     pub sticky: StickyConfig,
     pub cluster: ClusterConfig,
+    pub subset: SubsetConfig,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
 }
@@ -179,14 +180,46 @@ pub struct StickyConfig {
 pub struct ClusterConfig {
     /// Shared secret of the application's balancers. Env `OPENSHIFT_SECRET_TOKEN`.
     pub secret: Option<String>,
+    /// Gossip listener; gossip is on when set. Env `OPENSHIFT_GEARLB_GOSSIP_IP` +
+    /// `OPENSHIFT_GEARLB_GOSSIP_PORT`.
+    pub listen: Option<SocketAddr>,
+    /// Address peers reach this balancer's gossip at (the node's port proxy in a
+    /// gear). Default: the bound listen address.
+    pub advertise: Option<SocketAddr>,
+    /// This balancer's id. Env `OPENSHIFT_GEAR_UUID`.
+    pub node_id: Option<String>,
+    /// The application's id: balancers of other applications are told apart.
+    /// Env `OPENSHIFT_APP_UUID`. Default `gearlb`.
+    pub id: String,
+    /// Gossip addresses of the other balancers (`gearlb ctl set-peers` replaces them).
+    pub peers: Vec<Addr>,
+    /// `tcp` (default; the node's port proxy forwards TCP only) or `udp`.
+    pub transport: crate::cluster::transport::Carrier,
+    /// Time between gossip rounds. Default 200ms (a dead peer is noticed in about 2s).
+    pub gossip_interval: Duration,
 }
 
 impl fmt::Debug for ClusterConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterConfig")
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("listen", &self.listen)
+            .field("advertise", &self.advertise)
+            .field("node_id", &self.node_id)
+            .field("id", &self.id)
+            .field("peers", &self.peers)
+            .field("transport", &self.transport)
+            .field("gossip_interval", &self.gossip_interval)
             .finish()
     }
+}
+
+/// Coverage-limited subsets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubsetConfig {
+    /// Percent of the web gears each balancer talks to (1-100). Default 100.
+    /// Env `OPENSHIFT_GEARLB_COVERAGE`.
+    pub coverage: u32,
 }
 
 /// Who this balancer is, as the node platform tells it through the environment.
@@ -248,7 +281,17 @@ impl Default for Config {
                 seal: false,
                 max_age: Duration::from_secs(24 * 3600),
             },
-            cluster: ClusterConfig { secret: None },
+            cluster: ClusterConfig {
+                secret: None,
+                listen: None,
+                advertise: None,
+                node_id: None,
+                id: "gearlb".into(),
+                peers: Vec::new(),
+                transport: crate::cluster::transport::Carrier::Tcp,
+                gossip_interval: Duration::from_millis(200),
+            },
+            subset: SubsetConfig { coverage: 100 },
             gear: GearIdentity::default(),
         }
     }
@@ -329,7 +372,7 @@ pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
 
 const SECTIONS: &[&str] = &[
     "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "health",
-    "sticky", "cluster",
+    "sticky", "cluster", "subset",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -442,6 +485,54 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     let t = section("cluster", problems);
     let mut r = Reader::new(&t, "cluster", problems);
     cfg.cluster.secret = r.str_value("secret");
+    cfg.cluster.listen = r.str_value("listen").and_then(|s| match s.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            r.problem("listen", format!("{s:?} is not an ip:port address"));
+            None
+        }
+    });
+    cfg.cluster.advertise = r.str_value("advertise").and_then(|s| match s.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            r.problem("advertise", format!("{s:?} is not an ip:port address"));
+            None
+        }
+    });
+    cfg.cluster.node_id = r.str_value("node_id");
+    cfg.cluster.id = r.string("id", &cfg.cluster.id);
+    cfg.cluster.gossip_interval = r.duration("gossip_interval", cfg.cluster.gossip_interval);
+    if let Some(t) = r.str_value("transport") {
+        match t.as_str() {
+            "tcp" => cfg.cluster.transport = crate::cluster::transport::Carrier::Tcp,
+            "udp" => cfg.cluster.transport = crate::cluster::transport::Carrier::Udp,
+            _ => r.problem("transport", format!("{t:?}: use \"tcp\" or \"udp\"")),
+        }
+    }
+    match r.get("peers") {
+        None => {}
+        Some(toml::Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str().map(str::parse::<Addr>) {
+                    Some(Ok(a)) => cfg.cluster.peers.push(a),
+                    Some(Err(e)) => r.problem(&format!("peers[{i}]"), e),
+                    None => r.problem(&format!("peers[{i}]"), "expected a \"host:port\" string"),
+                }
+            }
+        }
+        Some(other) => {
+            let t = other.type_str();
+            r.problem(
+                "peers",
+                format!("expected an array of \"host:port\" strings, found {t}"),
+            );
+        }
+    }
+    r.finish();
+
+    let t = section("subset", problems);
+    let mut r = Reader::new(&t, "subset", problems);
+    cfg.subset.coverage = r.uint("coverage", cfg.subset.coverage as u64, 1, 100) as u32;
     r.finish();
 
     match table.get("backends") {
@@ -551,6 +642,34 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     if let Some(secret) = env.var("OPENSHIFT_SECRET_TOKEN") {
         cfg.cluster.secret = Some(secret);
     }
+    let mut gossip = cfg
+        .cluster
+        .listen
+        .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+    let had = cfg.cluster.listen.is_some();
+    listen(
+        "OPENSHIFT_GEARLB_GOSSIP_IP",
+        "OPENSHIFT_GEARLB_GOSSIP_PORT",
+        &mut gossip,
+    );
+    if had || gossip.port() != 0 {
+        cfg.cluster.listen = Some(gossip);
+    }
+    if let Some(uuid) = env.var("OPENSHIFT_GEAR_UUID") {
+        cfg.cluster.node_id = Some(uuid);
+    }
+    if let Some(app) = env.var("OPENSHIFT_APP_UUID") {
+        cfg.cluster.id = app;
+    }
+    if let Some(c) = env.var("OPENSHIFT_GEARLB_COVERAGE") {
+        match c.trim_end_matches('%').parse::<u32>() {
+            Ok(v) if (1..=100).contains(&v) => cfg.subset.coverage = v,
+            _ => problems.push(Problem {
+                path: "env OPENSHIFT_GEARLB_COVERAGE".into(),
+                message: format!("{c:?} is not a percentage from 1 to 100"),
+            }),
+        }
+    }
     cfg.gear = GearIdentity {
         uuid: env.var("OPENSHIFT_GEAR_UUID"),
         name: env.var("OPENSHIFT_GEAR_NAME"),
@@ -608,6 +727,25 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
             message: "needs cluster.secret (or OPENSHIFT_SECRET_TOKEN) of at least 16 characters"
                 .into(),
         });
+    }
+    if cfg.cluster.listen.is_some() {
+        if cfg.cluster.secret.as_deref().is_none_or(|s| s.len() < 16) {
+            problems.push(Problem {
+                path: "cluster.secret".into(),
+                message: "gossip is authenticated: set a secret of at least 16 characters (or OPENSHIFT_SECRET_TOKEN)".into(),
+            });
+        }
+        match &cfg.cluster.node_id {
+            None => problems.push(Problem {
+                path: "cluster.node_id".into(),
+                message: "required with cluster.listen (or OPENSHIFT_GEAR_UUID)".into(),
+            }),
+            Some(id) if !crate::gear::is_peer_id(id) => problems.push(Problem {
+                path: "cluster.node_id".into(),
+                message: format!("{id:?}: use 1-64 letters, digits, '-' or '_'"),
+            }),
+            Some(_) => {}
+        }
     }
     if cfg.control.socket.as_os_str().len() > 100 {
         problems.push(Problem {

@@ -34,6 +34,12 @@ pub enum Request {
     UpdateCluster {
         args: Vec<String>,
     },
+    /// The cluster view.
+    Peers,
+    /// Replace the known peer balancers (the subscriber hook's full list).
+    SetPeers {
+        args: Vec<String>,
+    },
     /// Re-read the config file, with this environment (the caller's: in cartridge mode
     /// `bin/control reload` runs with the gear's current variables).
     Reload {

@@ -246,6 +246,90 @@ pub fn parse_entries<S: AsRef<str>>(args: &[S]) -> ParsedEntries {
     out
 }
 
+/// True for a balancer id (a gear uuid, or `cluster.node_id`).
+pub fn is_peer_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// One balancer peer as the subscriber hook lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PeerSpec {
+    /// The peer's gear uuid, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Its gossip address (the node's port proxy in a gear).
+    pub addr: Addr,
+}
+
+/// Parse the peer list the subscriber hook receives: entries `'uuid'='uuid|host:port'`
+/// (quotes optional), or plain `uuid|host:port` / `host:port`, in one word or many.
+/// Returns the peers, or every problem; nothing partial.
+pub fn parse_peers<S: AsRef<str>>(args: &[S]) -> Result<Vec<PeerSpec>, Vec<BadEntry>> {
+    let mut peers: Vec<PeerSpec> = Vec::new();
+    let mut bad = Vec::new();
+    for word in args.iter().flat_map(|a| a.as_ref().split_whitespace()) {
+        match parse_peer(word) {
+            Ok(p) => {
+                if !peers.contains(&p) {
+                    peers.push(p);
+                }
+            }
+            Err(reason) => bad.push(BadEntry {
+                entry: printable(word),
+                reason,
+            }),
+        }
+    }
+    let mut ids = std::collections::HashSet::new();
+    for p in &peers {
+        if let Some(id) = &p.id {
+            if !ids.insert(id.as_str()) {
+                bad.push(BadEntry {
+                    entry: id.clone(),
+                    reason: "listed twice with different addresses".into(),
+                });
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok(peers)
+    } else {
+        Err(bad)
+    }
+}
+
+fn parse_peer(raw: &str) -> Result<PeerSpec, String> {
+    if raw.len() > MAX_ENTRY_LEN {
+        return Err(format!("entry longer than {MAX_ENTRY_LEN} bytes"));
+    }
+    let unquote = |s: &str| s.trim_matches(|c| c == '\'' || c == '"').to_string();
+    let (key, value) = match raw.split_once('=') {
+        Some((k, v)) => (Some(unquote(k)), unquote(v)),
+        None => (None, unquote(raw)),
+    };
+    let (id, addr) = match value.split_once('|') {
+        Some((id, addr)) => (Some(id.to_string()), addr.to_string()),
+        None => (key.clone(), value.clone()),
+    };
+    if let (Some(k), Some(i)) = (&key, &id) {
+        if k != i {
+            return Err(format!("key {k:?} and id {i:?} differ"));
+        }
+    }
+    if let Some(i) = &id {
+        if !is_peer_id(i) {
+            return Err(format!("{:?} is not a valid gear id", printable(i)));
+        }
+    }
+    Ok(PeerSpec {
+        id,
+        addr: addr.parse()?,
+    })
+}
+
 /// The gear label (`<gearname>-<ns>`) named by an entry whose address part may be
 /// invalid, if its gear DNS part is valid.
 pub fn entry_label(raw: &str) -> Option<String> {
@@ -342,6 +426,32 @@ mod tests {
         let p = parse_entries(&["a-ns.x.com|127.0.0.1:9001 a-ns.x.com|127.0.0.1:9002"]);
         assert!(p.valid.is_empty());
         assert_eq!(p.invalid.len(), 1);
+    }
+
+    #[test]
+    fn peer_lists_in_the_hook_format() {
+        let one =
+            parse_peers(&["'5256a'='5256a|node1.example.com:40001' 'b77'='b77|10.0.0.2:40002'"])
+                .unwrap();
+        let many = parse_peers(&[
+            "'5256a'='5256a|node1.example.com:40001'",
+            "b77|10.0.0.2:40002",
+        ])
+        .unwrap();
+        assert_eq!(one, many);
+        assert_eq!(one[0].id.as_deref(), Some("5256a"));
+        assert_eq!(one[1].addr.to_string(), "10.0.0.2:40002");
+        assert_eq!(parse_peers(&["127.0.0.1:7001"]).unwrap()[0].id, None);
+        assert!(parse_peers::<&str>(&[]).unwrap().is_empty());
+        for bad in [
+            "'a'='b|h:1'",
+            "'a;rm'='a;rm|h:1'",
+            "x|host:0",
+            "x|$(reboot):80",
+            "a|h:1 a|h:2",
+        ] {
+            assert!(parse_peers(&[bad]).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

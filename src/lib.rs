@@ -7,6 +7,8 @@
 //! - [`routing`]: the routing table snapshot (arc-swap), backend selection and the
 //!   sticky cookie ([`routing::sticky`]).
 //! - [`health`]: active health checks and passive ejection.
+//! - [`cluster`]: the application's balancers: gossip membership (chitchat over an
+//!   authenticated TCP transport), the cluster view, subsets and shared health.
 //! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
 //!   [`proxy::upstream`] holds one connection pool per backend,
 //!   [`proxy::forward`] the header rewriting, [`proxy::tunnel`] WebSocket tunnels.
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod gear;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -21,9 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::cluster::{self, Cluster, ClusterView};
 use crate::config::{self, backends_fingerprint, Config, ConfigErrors, EXIT_CONFIG};
 use crate::control::{self, Reply, Request};
-use crate::gear::{self, BadEntry};
+use crate::gear::{self, BadEntry, PeerSpec};
 use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
 use crate::routing::{Backend, BackendSpec, Change, Router};
@@ -37,6 +39,8 @@ pub const EXIT_BAD_ENTRIES: i32 = 22;
 /// The shared application state behind the listeners.
 pub struct App {
     router: Arc<Router>,
+    cluster: Option<Arc<Cluster>>,
+    coverage: Arc<AtomicU32>,
     health: Arc<ArcSwap<HealthSettings>>,
     ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Backend>>>>,
     stopping: CancellationToken,
@@ -80,9 +84,14 @@ impl Server {
         let router = Arc::new(Router::new(cfg.limits.max_idle_per_backend));
         let store = StateStore::new(&cfg.state.dir);
         let fingerprint = backends_fingerprint(&cfg.backends);
+        let mut saved_peers = Vec::new();
         let (specs, from_state) = match store.load() {
-            Ok(Some(st)) if st.config_backends == fingerprint => (st.backends, true),
-            Ok(Some(_)) => {
+            Ok(Some(st)) if st.config_backends == fingerprint => {
+                saved_peers = st.peers;
+                (st.backends, true)
+            }
+            Ok(Some(st)) => {
+                saved_peers = st.peers;
                 info!("[[backends]] in the configuration changed since the state was saved: using the configuration");
                 (config_specs(&cfg), false)
             }
@@ -108,6 +117,24 @@ impl Server {
             .await
             .with_context(|| format!("cannot listen on {} (listen.status)", cfg.listen.status))?;
 
+        let cluster = match cfg.cluster.listen {
+            None => None,
+            Some(listen) => {
+                let known = if saved_peers.is_empty() {
+                    cfg.cluster
+                        .peers
+                        .iter()
+                        .map(|a| PeerSpec {
+                            id: None,
+                            addr: a.clone(),
+                        })
+                        .collect()
+                } else {
+                    saved_peers
+                };
+                Some(Cluster::start(&cfg.cluster, listen, known, cfg.gear.name.clone()).await?)
+            }
+        };
         let change = router.replace_backends(specs);
         info!(
             backends = change.added.len(),
@@ -123,6 +150,7 @@ impl Server {
                 format: FORMAT,
                 config_backends: fingerprint,
                 backends: router.specs(),
+                peers: cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
             };
             if let Err(e) = store.save(&st) {
                 warn!(error = %e, "could not save state; serving anyway");
@@ -149,6 +177,8 @@ impl Server {
         let max_connections = cfg.limits.max_connections;
         let app = Arc::new(App {
             router,
+            coverage: Arc::new(AtomicU32::new(cfg.subset.coverage)),
+            cluster,
             health,
             ejections: Mutex::new(Some(eject_rx)),
             stopping,
@@ -204,7 +234,24 @@ impl Server {
                 stop.clone(),
             ))
         });
-        info!(proxy = %app.listen.proxy, status = %app.listen.status, "gearlb serving");
+        let gossip = app
+            .cluster
+            .as_ref()
+            .map(|c| c.advertise().to_string())
+            .unwrap_or_else(|| "off".into());
+        info!(proxy = %app.listen.proxy, status = %app.listen.status, gossip = %gossip, "gearlb serving");
+        let cluster_tasks = app.cluster.clone().map(|c| {
+            (
+                tokio::spawn(c.clone().run(stop.clone())),
+                tokio::spawn(cluster::sync::run(
+                    c,
+                    app.router.clone(),
+                    app.frontend.clone(),
+                    app.coverage.clone(),
+                    stop.clone(),
+                )),
+            )
+        });
         let proxy_task = tokio::spawn(proxy::serve(
             self.proxy_listener,
             app.proxy.clone(),
@@ -229,6 +276,10 @@ impl Server {
         app.stopping.cancel();
         if let Some(t) = health_task {
             let _ = t.await;
+        }
+        if let Some((a, b)) = cluster_tasks {
+            let _ = a.await;
+            let _ = b.await;
         }
         let _ = proxy_task.await;
         let _ = status_task.await;
@@ -265,6 +316,7 @@ impl App {
             format: FORMAT,
             config_backends: backends_fingerprint(&cfg.backends),
             backends: self.router.specs(),
+            peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
         };
         self.store.save(&st).map_err(|e| e.to_string())
     }
@@ -349,6 +401,49 @@ impl App {
         }
     }
 
+    /// The cluster as this balancer sees it.
+    pub fn cluster_view(&self) -> ClusterView {
+        match &self.cluster {
+            Some(c) => (*c.view()).clone(),
+            None => ClusterView::single(self.gear_uuid.as_deref().unwrap_or("self")),
+        }
+    }
+
+    /// Replace the known peer balancers (subscriber hook).
+    pub async fn set_peers(&self, args: &[String]) -> Reply {
+        let cfg = self.config.lock().await;
+        let Some(cluster) = &self.cluster else {
+            return Reply::error(1, "gossip is off (no cluster.listen): peers cannot be set");
+        };
+        let peers = match gear::parse_peers(args) {
+            Ok(p) => p,
+            Err(bad) => {
+                return Reply {
+                    exit_code: EXIT_BAD_ENTRIES,
+                    message: format!("peer list refused, nothing changed\n{}", describe_bad(&bad)),
+                    data: serde_json::json!({ "invalid": bad }),
+                }
+            }
+        };
+        let before = cluster.known();
+        cluster.set_known(peers.clone());
+        if before != peers {
+            info!(peers = peers.len(), "known peer balancers replaced");
+        }
+        let mut message = format!("{} peer balancer(s) known", peers.len());
+        let mut exit_code = 0;
+        if let Err(e) = self.persist(&cfg) {
+            error!(error = %e, "peers applied but not saved");
+            message.push_str(&format!("\nwarning: applied but NOT saved: {e}"));
+            exit_code = 1;
+        }
+        Reply {
+            exit_code,
+            message,
+            data: serde_json::json!({ "peers": peers }),
+        }
+    }
+
     /// Re-read the config file with `env`; apply what can change without a restart.
     pub async fn reload(&self, env: &dyn config::Env) -> Reply {
         let mut cfg = self.config.lock().await;
@@ -379,6 +474,16 @@ impl App {
             ("state.dir", cfg.state != new.state),
             ("runtime.threads", cfg.runtime != new.runtime),
             (
+                "cluster (listen, advertise, node_id, id, secret, transport, gossip_interval)",
+                cfg.cluster.listen != new.cluster.listen
+                    || cfg.cluster.advertise != new.cluster.advertise
+                    || cfg.cluster.node_id != new.cluster.node_id
+                    || cfg.cluster.id != new.cluster.id
+                    || cfg.cluster.secret != new.cluster.secret
+                    || cfg.cluster.transport != new.cluster.transport
+                    || cfg.cluster.gossip_interval != new.cluster.gossip_interval,
+            ),
+            (
                 "limits.max_connections",
                 cfg.limits.max_connections != new.limits.max_connections,
             ),
@@ -395,6 +500,9 @@ impl App {
         self.proxy
             .settings
             .store(Arc::new(Settings::from_config(&new)));
+        self.health
+            .store(Arc::new(HealthSettings::from_config(&new.health)));
+        self.coverage.store(new.subset.coverage, Ordering::Relaxed);
         let backends_changed =
             backends_fingerprint(&cfg.backends) != backends_fingerprint(&new.backends);
         let mut reply_data = serde_json::Value::Null;
@@ -404,6 +512,7 @@ impl App {
         applied.control = cfg.control.clone();
         applied.state = cfg.state.clone();
         applied.runtime = cfg.runtime.clone();
+        applied.cluster = cfg.cluster.clone();
         applied.limits.max_connections = cfg.limits.max_connections;
         applied.limits.max_idle_per_backend = cfg.limits.max_idle_per_backend;
         *cfg = applied;
@@ -478,6 +587,11 @@ impl control::Handler for App {
                 Err(e) => Reply::error(1, e.to_string()),
             },
             Request::UpdateCluster { args } => self.update_cluster(&args).await,
+            Request::Peers => Reply::ok(
+                "",
+                serde_json::to_value(self.cluster_view()).unwrap_or_default(),
+            ),
+            Request::SetPeers { args } => self.set_peers(&args).await,
             Request::Reload { env } => {
                 let env: HashMap<String, String> = env.into_iter().collect();
                 self.reload(&env).await

@@ -30,6 +30,9 @@ pub struct PersistedState {
     /// `config::backends_fingerprint` of the config's `[[backends]]` when saved.
     pub config_backends: String,
     pub backends: Vec<BackendSpec>,
+    /// The known peer balancers (from `set-peers`), when gossip is on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<crate::gear::PeerSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +176,7 @@ mod tests {
                     cookie: None,
                 })
                 .collect(),
+            peers: Vec::new(),
         }
     }
 

@@ -14,6 +14,7 @@
 
 pub mod select;
 pub mod sticky;
+pub mod subset;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -395,6 +396,26 @@ impl Router {
     /// name or it already was in that state.
     pub fn set_admin(&self, name: &str, admin: Admin) -> bool {
         self.edit(|e| e.backend.name() == name, |e| e.admin = admin)
+    }
+
+    /// Apply the cluster's decisions: which gears are in this balancer's subset, and the
+    /// health peers report for the others. Returns true when something changed.
+    pub fn apply_cluster(
+        &self,
+        in_subset: impl Fn(&str) -> bool,
+        remote_up: impl Fn(&str) -> Option<bool>,
+    ) -> bool {
+        self.edit(
+            |_| true,
+            |e| {
+                e.in_subset = in_subset(&e.backend.sticky);
+                if !e.in_subset {
+                    if let Some(up) = remote_up(&e.backend.sticky) {
+                        e.up = up;
+                    }
+                }
+            },
+        )
     }
 
     /// Notified (a generation number) whenever the table changes.

@@ -350,6 +350,8 @@ pub struct Gearlb {
     pub child: Child,
     pub proxy: SocketAddr,
     pub status: SocketAddr,
+    /// Advertised gossip address, when gossip is on.
+    pub gossip: Option<SocketAddr>,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -387,7 +389,20 @@ impl Gearlb {
     }
 
     pub fn start_file(dir: &Path, config: &Path) -> Gearlb {
-        let mut child = Command::new(bin())
+        Self::start_with(dir, config, &[])
+    }
+
+    /// Start through a command prefix (e.g. `ip netns exec NAME`).
+    pub fn start_with(dir: &Path, config: &Path, prefix: &[&str]) -> Gearlb {
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let mut child = cmd
             .args(["run", "--config"])
             .arg(config)
             .current_dir(dir)
@@ -423,20 +438,16 @@ impl Gearlb {
                 panic!("gearlb did not start:\n{}", log.lock().unwrap().join("\n"));
             }
         };
-        let field = |key: &str| -> SocketAddr {
-            let start = line.find(&format!("{key}=")).unwrap() + key.len() + 1;
-            line[start..]
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap()
+        let field = |key: &str| -> Option<SocketAddr> {
+            let start = line.find(&format!(" {key}="))? + key.len() + 2;
+            line[start..].split_whitespace().next()?.parse().ok()
         };
         Gearlb {
             dir: dir.to_path_buf(),
             config: config.to_path_buf(),
-            proxy: field("proxy"),
-            status: field("status"),
+            proxy: field("proxy").expect("proxy address in the log"),
+            status: field("status").expect("status address in the log"),
+            gossip: field("gossip"),
             child,
             log,
         }
@@ -483,6 +494,30 @@ impl Gearlb {
             .iter()
             .map(|b| b["name"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    /// The cluster view (`ctl peers --json`).
+    pub fn peers(&self) -> serde_json::Value {
+        let (code, out, err) = self.ctl(&["peers", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+
+    /// Ids of the live balancers this one sees (itself included).
+    pub fn live(&self) -> Vec<String> {
+        self.peers()["live"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The status report (`ctl status --json`).
+    pub fn status_json(&self) -> serde_json::Value {
+        let (code, out, err) = self.ctl(&["status", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
     }
 
     /// Resident memory of the process now and at its peak, in KiB.

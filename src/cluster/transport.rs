@@ -1,0 +1,599 @@
+//! Gossip transport: chitchat's messages in authenticated frames over TCP (or UDP).
+//!
+//! Owns the frame format, its authentication, and moving frames between balancers.
+//! The node platform's port proxy forwards TCP only, so TCP is the default: one cached
+//! outgoing connection per peer (re-opened on failure) and any number of incoming ones.
+//!
+//! Frame (`u32` big-endian length prefix on TCP; the datagram itself on UDP):
+//!
+//! ```text
+//! "GLB1" | cluster tag (8) | addr len (1) | sender's advertised gossip address | message | HMAC-SHA256 (32)
+//! ```
+//!
+//! The cluster tag is a hash of the cluster id (the application), so frames from another
+//! application's balancers are told apart from forgeries; the HMAC (key derived with
+//! HKDF from the cluster secret) covers everything before it. A frame that is too short,
+//! too long, from another cluster or badly tagged is dropped and counted; a TCP
+//! connection that sends one is closed. The sender's address inside the frame is what
+//! chitchat sees as `from`, so replies go to the peer's advertised (public) address.
+//!
+//! chitchat 0.13 keeps its message encoding crate-private; rather than re-implement its
+//! wire format, [`Codec`] borrows chitchat's own UDP socket over a private loopback pair
+//! to turn envelopes into bytes and back. Gossip is a few messages per interval, so the
+//! two extra loopback syscalls per message do not matter.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket as ChitchatUdp};
+use chitchat::ChitchatEnvelope;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+const MAGIC: &[u8; 4] = b"GLB1";
+const TAG_LEN: usize = 32;
+const CLUSTER_TAG_LEN: usize = 8;
+/// chitchat's largest message plus our header and tag.
+pub const MAX_FRAME: usize = 65_507 + 4 + CLUSTER_TAG_LEN + 1 + 64 + TAG_LEN;
+/// Frames queued per peer before new ones are dropped (gossip is best effort).
+const PEER_QUEUE: usize = 64;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Time a peer has to finish sending a frame it started.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Incoming gossip connections served at once.
+const MAX_INBOUND: usize = 256;
+
+/// Counters of the gossip transport.
+#[derive(Debug, Default)]
+pub struct GossipStats {
+    pub frames_sent: AtomicU64,
+    pub frames_received: AtomicU64,
+    pub rejected_bad_tag: AtomicU64,
+    pub rejected_other_cluster: AtomicU64,
+    pub rejected_malformed: AtomicU64,
+    pub rejected_oversized: AtomicU64,
+    pub send_failures: AtomicU64,
+}
+
+/// A snapshot of [`GossipStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipCounters {
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub rejected_bad_tag: u64,
+    pub rejected_other_cluster: u64,
+    pub rejected_malformed: u64,
+    pub rejected_oversized: u64,
+    pub send_failures: u64,
+}
+
+impl GossipStats {
+    pub fn read(&self) -> GossipCounters {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GossipCounters {
+            frames_sent: r(&self.frames_sent),
+            frames_received: r(&self.frames_received),
+            rejected_bad_tag: r(&self.rejected_bad_tag),
+            rejected_other_cluster: r(&self.rejected_other_cluster),
+            rejected_malformed: r(&self.rejected_malformed),
+            rejected_oversized: r(&self.rejected_oversized),
+            send_failures: r(&self.send_failures),
+        }
+    }
+}
+
+/// Why a frame was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("malformed frame")]
+    Malformed,
+    #[error("frame larger than {MAX_FRAME} bytes")]
+    Oversized,
+    #[error("frame from another cluster")]
+    OtherCluster,
+    #[error("frame authentication failed")]
+    BadTag,
+}
+
+/// Keys of one cluster: who may gossip with whom.
+#[derive(Clone)]
+pub struct Auth {
+    key: [u8; 32],
+    cluster_tag: [u8; CLUSTER_TAG_LEN],
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Auth(<redacted>)")
+    }
+}
+
+impl Auth {
+    pub fn new(cluster_id: &str, secret: &[u8]) -> Self {
+        let hk = hkdf::Hkdf::<Sha256>::new(Some(b"gearlb"), secret);
+        let mut key = [0u8; 32];
+        // 32 bytes is far below HKDF-SHA256's output limit: expand cannot fail.
+        hk.expand(b"gearlb gossip v1", &mut key)
+            .expect("32-byte HKDF output");
+        let digest = Sha256::digest(cluster_id.as_bytes());
+        let mut cluster_tag = [0u8; CLUSTER_TAG_LEN];
+        cluster_tag.copy_from_slice(&digest[..CLUSTER_TAG_LEN]);
+        Auth { key, cluster_tag }
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        // HMAC accepts keys of any length.
+        Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length")
+    }
+
+    /// Build a frame carrying `message` from `sender`.
+    pub fn seal(&self, sender: SocketAddr, message: &[u8]) -> Vec<u8> {
+        let addr = sender.to_string();
+        let mut out =
+            Vec::with_capacity(4 + CLUSTER_TAG_LEN + 1 + addr.len() + message.len() + TAG_LEN);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.cluster_tag);
+        out.push(addr.len() as u8); // a SocketAddr's text is at most 47 bytes
+        out.extend_from_slice(addr.as_bytes());
+        out.extend_from_slice(message);
+        let mut mac = self.mac();
+        mac.update(&out);
+        out.extend_from_slice(&mac.finalize().into_bytes());
+        out
+    }
+
+    /// Check a frame; returns the sender's address and the message.
+    pub fn open<'a>(&self, frame: &'a [u8]) -> Result<(SocketAddr, &'a [u8]), FrameError> {
+        if frame.len() > MAX_FRAME {
+            return Err(FrameError::Oversized);
+        }
+        let header = 4 + CLUSTER_TAG_LEN + 1;
+        if frame.len() < header + TAG_LEN || &frame[..4] != MAGIC {
+            return Err(FrameError::Malformed);
+        }
+        if frame[4..4 + CLUSTER_TAG_LEN] != self.cluster_tag {
+            return Err(FrameError::OtherCluster);
+        }
+        let (body, tag) = frame.split_at(frame.len() - TAG_LEN);
+        let mut mac = self.mac();
+        mac.update(body);
+        mac.verify_slice(tag).map_err(|_| FrameError::BadTag)?;
+        let addr_len = body[header - 1] as usize;
+        let addr = body
+            .get(header..header + addr_len)
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .ok_or(FrameError::Malformed)?;
+        Ok((addr, &body[header + addr_len..]))
+    }
+}
+
+fn count_rejection(stats: &GossipStats, e: &FrameError) {
+    let c = match e {
+        FrameError::Malformed => &stats.rejected_malformed,
+        FrameError::Oversized => &stats.rejected_oversized,
+        FrameError::OtherCluster => &stats.rejected_other_cluster,
+        FrameError::BadTag => &stats.rejected_bad_tag,
+    };
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// chitchat's own encoder and decoder, reached through a private loopback socket pair.
+pub struct Codec {
+    inner: ChitchatUdp,
+    inner_addr: SocketAddr,
+    tap: UdpSocket,
+    tap_addr: SocketAddr,
+    buf: Vec<u8>,
+}
+
+impl Codec {
+    pub async fn new() -> anyhow::Result<Codec> {
+        let inner = ChitchatUdp::open(([127, 0, 0, 1], 0).into()).await?;
+        let inner_addr = inner.local_addr()?;
+        let tap = UdpSocket::bind(("127.0.0.1", 0)).await?;
+        let tap_addr = tap.local_addr()?;
+        Ok(Codec {
+            inner,
+            inner_addr,
+            tap,
+            tap_addr,
+            buf: vec![0u8; 65_536],
+        })
+    }
+
+    /// The bytes chitchat would put on the wire for `envelope`.
+    pub async fn encode(&mut self, envelope: ChitchatEnvelope) -> anyhow::Result<Vec<u8>> {
+        self.inner.send(self.tap_addr, envelope).await?;
+        loop {
+            let (n, from) =
+                tokio::time::timeout(Duration::from_secs(1), self.tap.recv_from(&mut self.buf))
+                    .await??;
+            // Anything not from our own encoder is a stray datagram: ignore it.
+            if from == self.inner_addr {
+                return Ok(self.buf[..n].to_vec());
+            }
+        }
+    }
+
+    /// The envelope in `bytes`, if chitchat can read it.
+    pub async fn decode(&mut self, bytes: &[u8]) -> Option<ChitchatEnvelope> {
+        self.tap.send_to(bytes, self.inner_addr).await.ok()?;
+        // chitchat's socket skips what it cannot decode, so bound the wait.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            let out = tokio::time::timeout_at(deadline, self.inner.recv())
+                .await
+                .ok()?
+                .ok()?;
+            if out.from_addr == self.tap_addr {
+                return Some(out.envelope);
+            }
+        }
+    }
+}
+
+/// Which carrier gossip uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Carrier {
+    Tcp,
+    Udp,
+}
+
+enum Bound {
+    Tcp(TcpListener),
+    Udp(Arc<UdpSocket>),
+}
+
+/// chitchat [`Transport`] over authenticated frames. The listening socket is bound
+/// beforehand (so its address is known before chitchat starts) and handed over on
+/// `open`.
+pub struct GossipTransport {
+    bound: Mutex<Option<Bound>>,
+    local: SocketAddr,
+    advertise: SocketAddr,
+    auth: Auth,
+    stats: Arc<GossipStats>,
+}
+
+impl GossipTransport {
+    /// Bind `listen` with `carrier`; frames say they come from `advertise` (or the bound
+    /// address when `None`).
+    pub async fn bind(
+        carrier: Carrier,
+        listen: SocketAddr,
+        advertise: Option<SocketAddr>,
+        auth: Auth,
+        stats: Arc<GossipStats>,
+    ) -> std::io::Result<Self> {
+        let (bound, local) = match carrier {
+            Carrier::Tcp => {
+                let l = TcpListener::bind(listen).await?;
+                let a = l.local_addr()?;
+                (Bound::Tcp(l), a)
+            }
+            Carrier::Udp => {
+                let s = UdpSocket::bind(listen).await?;
+                let a = s.local_addr()?;
+                (Bound::Udp(Arc::new(s)), a)
+            }
+        };
+        Ok(GossipTransport {
+            bound: Mutex::new(Some(bound)),
+            local,
+            advertise: advertise.unwrap_or(local),
+            auth,
+            stats,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn advertise_addr(&self) -> SocketAddr {
+        self.advertise
+    }
+}
+
+#[async_trait]
+impl Transport for GossipTransport {
+    async fn open(&self, _listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let bound = self
+            .bound
+            .lock()
+            .map_err(|_| anyhow::anyhow!("gossip transport lock poisoned"))?
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("gossip transport already opened"))?;
+        let (inbound_tx, inbound) = mpsc::channel(1024);
+        let carrier = match bound {
+            Bound::Tcp(listener) => {
+                tokio::spawn(accept_loop(
+                    listener,
+                    self.auth.clone(),
+                    self.stats.clone(),
+                    inbound_tx,
+                ));
+                Outbound::Tcp(HashMap::new())
+            }
+            Bound::Udp(socket) => {
+                tokio::spawn(udp_recv_loop(
+                    socket.clone(),
+                    self.auth.clone(),
+                    self.stats.clone(),
+                    inbound_tx,
+                ));
+                Outbound::Udp(socket)
+            }
+        };
+        Ok(Box::new(GossipSocket {
+            codec: Codec::new().await?,
+            inbound,
+            outbound: carrier,
+            auth: self.auth.clone(),
+            local: self.local,
+            advertise: self.advertise,
+            stats: self.stats.clone(),
+        }))
+    }
+}
+
+enum Outbound {
+    Tcp(HashMap<SocketAddr, mpsc::Sender<Vec<u8>>>),
+    Udp(Arc<UdpSocket>),
+}
+
+struct GossipSocket {
+    codec: Codec,
+    inbound: mpsc::Receiver<(SocketAddr, Vec<u8>)>,
+    outbound: Outbound,
+    auth: Auth,
+    local: SocketAddr,
+    advertise: SocketAddr,
+    stats: Arc<GossipStats>,
+}
+
+#[async_trait]
+impl Socket for GossipSocket {
+    fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    async fn send(
+        &mut self,
+        to: SocketAddr,
+        envelope: ChitchatEnvelope,
+    ) -> anyhow::Result<SendOutcome> {
+        let message = self.codec.encode(envelope).await?;
+        let frame = self.auth.seal(self.advertise, &message);
+        let n = frame.len();
+        match &mut self.outbound {
+            Outbound::Udp(sock) => {
+                if let Err(e) = sock.send_to(&frame, to).await {
+                    self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                    debug!(peer = %to, error = %e, "gossip send failed");
+                }
+            }
+            Outbound::Tcp(peers) => {
+                let queue = peers
+                    .entry(to)
+                    .or_insert_with(|| spawn_writer(to, self.stats.clone()));
+                if queue.is_closed() {
+                    *queue = spawn_writer(to, self.stats.clone());
+                }
+                if queue.try_send(frame).is_err() {
+                    self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+        Ok(SendOutcome { num_bytes_sent: n })
+    }
+
+    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
+        loop {
+            let (from, message) = self
+                .inbound
+                .recv()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("gossip listener stopped"))?;
+            match self.codec.decode(&message).await {
+                Some(envelope) => {
+                    return Ok(RecvOutcome {
+                        from_addr: from,
+                        envelope,
+                        num_bytes_received: message.len(),
+                    })
+                }
+                None => {
+                    self.stats
+                        .rejected_malformed
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// A task owning the outgoing connection to one peer.
+fn spawn_writer(to: SocketAddr, stats: Arc<GossipStats>) -> mpsc::Sender<Vec<u8>> {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
+    tokio::spawn(async move {
+        let mut conn: Option<TcpStream> = None;
+        while let Some(frame) = rx.recv().await {
+            if conn.is_none() {
+                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+                    Ok(Ok(s)) => {
+                        let _ = s.set_nodelay(true);
+                        conn = Some(s);
+                    }
+                    _ => {
+                        stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                        continue; // dropped: the next gossip round sends fresh state
+                    }
+                }
+            }
+            if let Some(s) = conn.as_mut() {
+                let len = (frame.len() as u32).to_be_bytes();
+                let ok = s.write_all(&len).await.is_ok() && s.write_all(&frame).await.is_ok();
+                if !ok {
+                    stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                    conn = None;
+                }
+            }
+        }
+    });
+    tx
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    auth: Auth,
+    stats: Arc<GossipStats>,
+    inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                warn!(error = %e, "gossip accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if inbound.is_closed() {
+            return;
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            continue; // too many gossip connections: refuse this one
+        };
+        let (auth, stats, inbound) = (auth.clone(), stats.clone(), inbound.clone());
+        tokio::spawn(async move {
+            if let Err(e) = read_frames(stream, &auth, &stats, &inbound).await {
+                debug!(peer = %peer, error = %e, "gossip connection closed");
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn read_frames(
+    mut stream: TcpStream,
+    auth: &Auth,
+    stats: &GossipStats,
+    inbound: &mpsc::Sender<(SocketAddr, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    let mut buf = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        // Idle connections wait as long as they like for the next frame…
+        stream.read_exact(&mut len).await?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_FRAME {
+            count_rejection(stats, &FrameError::Oversized);
+            anyhow::bail!("oversized frame ({len} bytes)");
+        }
+        buf.resize(len, 0);
+        // …but one started must arrive in time.
+        tokio::time::timeout(FRAME_TIMEOUT, stream.read_exact(&mut buf)).await??;
+        match auth.open(&buf) {
+            Ok((from, message)) => {
+                stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                if inbound.try_send((from, message.to_vec())).is_err() {
+                    debug!("gossip inbound queue full: frame dropped");
+                }
+            }
+            Err(e) => {
+                count_rejection(stats, &e);
+                anyhow::bail!("{e}");
+            }
+        }
+    }
+}
+
+async fn udp_recv_loop(
+    socket: Arc<UdpSocket>,
+    auth: Auth,
+    stats: Arc<GossipStats>,
+    inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let n = match socket.recv_from(&mut buf).await {
+            Ok((n, _)) => n,
+            Err(e) => {
+                debug!(error = %e, "gossip UDP receive error");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if inbound.is_closed() {
+            return;
+        }
+        match auth.open(&buf[..n]) {
+            Ok((from, message)) => {
+                stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                let _ = inbound.try_send((from, message.to_vec()));
+            }
+            Err(e) => count_rejection(&stats, &e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:7001".parse().unwrap()
+    }
+
+    #[test]
+    fn frames_round_trip_and_reject_forgeries() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let frame = a.seal(addr(), b"hello");
+        assert_eq!(a.open(&frame).unwrap(), (addr(), &b"hello"[..]));
+
+        let wrong_key = Auth::new("app1", b"secret-other-key");
+        assert_eq!(wrong_key.open(&frame), Err(FrameError::BadTag));
+        let other_app = Auth::new("app2", b"secret-0123456789");
+        assert_eq!(other_app.open(&frame), Err(FrameError::OtherCluster));
+
+        for i in 0..frame.len() {
+            let mut t = frame.clone();
+            t[i] ^= 0x01;
+            assert!(a.open(&t).is_err(), "bit flip at {i} accepted");
+        }
+        assert_eq!(a.open(&frame[..10]), Err(FrameError::Malformed));
+        assert_eq!(a.open(b""), Err(FrameError::Malformed));
+        assert_eq!(
+            a.open(&vec![0u8; MAX_FRAME + 1]),
+            Err(FrameError::Oversized)
+        );
+    }
+
+    #[test]
+    fn random_garbage_never_panics() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let mut rng = fastrand::Rng::with_seed(1);
+        for _ in 0..10_000 {
+            let len = rng.usize(0..200);
+            let mut v: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            if rng.bool() && v.len() >= 12 {
+                v[..4].copy_from_slice(MAGIC);
+            }
+            assert!(a.open(&v).is_err());
+        }
+    }
+}

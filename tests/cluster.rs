@@ -1,0 +1,372 @@
+//! Peer balancers as real processes: gossip membership, failure detection, subsets,
+//! authentication, and a network partition between namespaces.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const SECRET: &str = "test-cluster-secret-0123456789";
+
+fn cluster_config(dir: &Path, id: &str, secret: &str, extra: &str) -> String {
+    config_text(
+        dir,
+        &[],
+        &format!(
+            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n{extra}"
+        ),
+    )
+}
+
+/// `set-peers` argument in the subscriber hook's format for these balancers.
+fn peer_list(lbs: &[(&str, &Gearlb)]) -> String {
+    lbs.iter()
+        .map(|(id, lb)| format!("'{id}'='{id}|{}'", lb.gossip.unwrap()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return Some(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// Which balancers have each gear in their subset.
+fn coverage(lbs: &[&Gearlb]) -> BTreeMap<String, usize> {
+    let mut cov = BTreeMap::new();
+    for lb in lbs {
+        for b in lb.status_json()["backends"].as_array().unwrap() {
+            let n = cov
+                .entry(b["name"].as_str().unwrap().to_string())
+                .or_insert(0);
+            if b["in_subset"].as_bool().unwrap() {
+                *n += 1;
+            }
+        }
+    }
+    cov
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_balancers_gossip_fail_over_and_rejoin() {
+    let mut gears = Vec::new();
+    for i in 0..6 {
+        gears.push(TestBackend::start(&format!("g{i}")).await);
+    }
+    let entries: Vec<String> = gears
+        .iter()
+        .map(|g| format!("{}-ns.example.com|{}", g.name, g.addr))
+        .collect();
+    let entries = entries.join(" ");
+    let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
+    let ids = ["lb1", "lb2", "lb3"];
+    let mut lbs: Vec<Gearlb> = (0..3)
+        .map(|i| {
+            Gearlb::start(
+                dirs[i].path(),
+                &cluster_config(dirs[i].path(), ids[i], SECRET, "[subset]\ncoverage = 34"),
+            )
+        })
+        .collect();
+    let list = peer_list(&[("lb1", &lbs[0]), ("lb2", &lbs[1]), ("lb3", &lbs[2])]);
+    for lb in &lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+        assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    }
+
+    // Everyone live within 3 s.
+    let all = vec!["lb1".to_string(), "lb2".to_string(), "lb3".to_string()];
+    let took = wait_for(Duration::from_secs(5), || {
+        lbs.iter().all(|lb| lb.live() == all)
+    })
+    .await;
+    let took = took.expect("balancers did not see each other");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+
+    // Subsets: 6 gears, 34% → 3 each; every gear covered, evenly (each by 1 or 2).
+    let covered = wait_for(Duration::from_secs(3), || {
+        let cov = coverage(&[&lbs[0], &lbs[1], &lbs[2]]);
+        cov.len() == 6
+            && cov.values().all(|&n| (1..=2).contains(&n))
+            && cov.values().sum::<usize>() == 9
+    })
+    .await;
+    assert!(
+        covered.is_some(),
+        "{:?}",
+        coverage(&[&lbs[0], &lbs[1], &lbs[2]])
+    );
+    let peers = lbs[0].peers();
+    let lb2 = peers["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "lb2")
+        .unwrap()
+        .clone();
+    assert!(lb2["load"].is_object(), "load is gossiped: {lb2}");
+
+    // Kill lb3: the others drop it within 5 s and cover every gear between them.
+    let _ = lbs[2].child.kill();
+    let _ = lbs[2].child.wait();
+    let two = vec!["lb1".to_string(), "lb2".to_string()];
+    let took = wait_for(Duration::from_secs(8), || {
+        lbs[..2].iter().all(|lb| lb.live() == two)
+    })
+    .await;
+    let took = took.expect("dead balancer not noticed");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let recovered = wait_for(Duration::from_secs(3), || {
+        let cov = coverage(&[&lbs[0], &lbs[1]]);
+        cov.len() == 6 && cov.values().all(|&n| n >= 1)
+    })
+    .await;
+    assert!(recovered.is_some(), "{:?}", coverage(&[&lbs[0], &lbs[1]]));
+    let view = lbs[0].peers();
+    let lb3 = view["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "lb3")
+        .unwrap()
+        .clone();
+    assert_eq!(lb3["live"], false);
+    assert_eq!(lb3["known"], true);
+
+    // Restart it from its own directory: peers and gears come back from its state
+    // file; it listens on a new port, so the others learn it from its gossip.
+    let restarted = Gearlb::start_file(dirs[2].path(), &dirs[2].path().join("gearlb.toml"));
+    let list = peer_list(&[("lb1", &lbs[0]), ("lb2", &lbs[1]), ("lb3", &restarted)]);
+    for lb in [&lbs[0], &lbs[1], &restarted] {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+    }
+    lbs[2] = restarted;
+    let took = wait_for(Duration::from_secs(8), || {
+        lbs.iter().all(|lb| lb.live() == all)
+    })
+    .await;
+    assert!(took.is_some(), "restarted balancer did not rejoin");
+    assert_eq!(
+        lbs[2].backend_names().len(),
+        6,
+        "gears restored from the state file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balancer_with_the_wrong_secret_is_never_a_peer() {
+    let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
+    let a = Gearlb::start(
+        dirs[0].path(),
+        &cluster_config(dirs[0].path(), "lb1", SECRET, ""),
+    );
+    let b = Gearlb::start(
+        dirs[1].path(),
+        &cluster_config(dirs[1].path(), "lb2", SECRET, ""),
+    );
+    let evil = Gearlb::start(
+        dirs[2].path(),
+        &cluster_config(dirs[2].path(), "lb3", "not-the-secret-at-all-000", ""),
+    );
+    let list = peer_list(&[("lb1", &a), ("lb2", &b), ("lb3", &evil)]);
+    for lb in [&a, &b, &evil] {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+    }
+    let pair = vec!["lb1".to_string(), "lb2".to_string()];
+    assert!(wait_for(Duration::from_secs(5), || a.live() == pair
+        && b.live() == pair)
+    .await
+    .is_some());
+    // Give the impostor time to try.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(a.live(), pair);
+    assert_eq!(b.live(), pair);
+    assert_eq!(
+        evil.live(),
+        vec!["lb3".to_string()],
+        "it sees nobody either"
+    );
+    let rejected = |lb: &Gearlb| lb.peers()["gossip"]["rejected_bad_tag"].as_u64().unwrap();
+    assert!(
+        rejected(&a) + rejected(&b) > 0,
+        "its frames were seen and dropped"
+    );
+    assert!(rejected(&evil) > 0);
+}
+
+#[test]
+fn set_peers_validates_and_changes_nothing_on_bad_input() {
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &cluster_config(dir.path(), "lb1", SECRET, ""));
+    let (code, _, _) = lb.ctl(&["set-peers", "'lb2'='lb2|127.0.0.1:7002'"]);
+    assert_eq!(code, 0);
+    for bad in [
+        "'lb3'='lb3|127.0.0.1:0'",
+        "'x;reboot'='x;reboot|h:1'",
+        "'a'='b|h:1'",
+    ] {
+        let (code, _, err) = lb.ctl(&["set-peers", &format!("'lb2'='lb2|127.0.0.1:7002' {bad}")]);
+        assert_eq!(code, 22, "{bad}: {err}");
+    }
+    let peers = lb.peers();
+    let ids: BTreeSet<&str> = peers["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["lb2"].into_iter().collect(),
+        "bad lists changed nothing"
+    );
+    // Without gossip configured, set-peers says why it cannot work.
+    let dir2 = workdir();
+    let solo = Gearlb::start(dir2.path(), &config_text(dir2.path(), &[], ""));
+    let (code, _, err) = solo.ctl(&["set-peers", "'lb2'='lb2|127.0.0.1:7002'"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("gossip is off"), "{err}");
+}
+
+/// Two network namespaces joined by a veth pair; removed on drop.
+struct Netns {
+    a: String,
+    b: String,
+}
+
+const ADDR_A: &str = "169.254.77.1";
+const ADDR_B: &str = "169.254.77.2";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("the `ip` command (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Netns {
+    fn new() -> Netns {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the partition test needs root (network namespaces); CI runs as root"
+        );
+        let tag = std::process::id() % 100_000;
+        let (a, b) = (format!("glb-a{tag}"), format!("glb-b{tag}"));
+        let n = Netns {
+            a: a.clone(),
+            b: b.clone(),
+        };
+        ip(&["netns", "add", &a]);
+        ip(&["netns", "add", &b]);
+        let (va, vb) = (format!("gla{tag}"), format!("glb{tag}"));
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
+        ip(&["link", "set", &va, "netns", &a]);
+        ip(&["link", "set", &vb, "netns", &b]);
+        ip(&["-n", &a, "addr", "add", &format!("{ADDR_A}/24"), "dev", &va]);
+        ip(&["-n", &b, "addr", "add", &format!("{ADDR_B}/24"), "dev", &vb]);
+        for (ns, dev) in [(&a, &va), (&b, &vb)] {
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        n
+    }
+
+    fn link(&self, up: bool) {
+        let tag = std::process::id() % 100_000;
+        ip(&[
+            "-n",
+            &self.a,
+            "link",
+            "set",
+            &format!("gla{tag}"),
+            if up { "up" } else { "down" },
+        ]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_balancers_see_each_other_dead_and_heal() {
+    let net = Netns::new();
+    let (da, db) = (workdir(), workdir());
+    let conf = |dir: &Path, id: &str, me: &str, other: &str| {
+        config_text(
+            dir,
+            &[],
+            &format!(
+                "[cluster]\nnode_id = \"{id}\"\nlisten = \"{me}:7946\"\nsecret = \"{SECRET}\"\npeers = [\"{other}:7946\"]\ngossip_interval = \"100ms\""
+            ),
+        )
+    };
+    std::fs::write(
+        da.path().join("gearlb.toml"),
+        conf(da.path(), "lbA", ADDR_A, ADDR_B),
+    )
+    .unwrap();
+    std::fs::write(
+        db.path().join("gearlb.toml"),
+        conf(db.path(), "lbB", ADDR_B, ADDR_A),
+    )
+    .unwrap();
+    let a = Gearlb::start_with(
+        da.path(),
+        &da.path().join("gearlb.toml"),
+        &["ip", "netns", "exec", &net.a],
+    );
+    let b = Gearlb::start_with(
+        db.path(),
+        &db.path().join("gearlb.toml"),
+        &["ip", "netns", "exec", &net.b],
+    );
+    let both = vec!["lbA".to_string(), "lbB".to_string()];
+    let joined = wait_for(Duration::from_secs(5), || {
+        a.live() == both && b.live() == both
+    })
+    .await;
+    assert!(joined.is_some(), "a: {:?} b: {:?}", a.live(), b.live());
+
+    net.link(false);
+    let cut = wait_for(Duration::from_secs(8), || {
+        a.live() == vec!["lbA".to_string()] && b.live() == vec!["lbB".to_string()]
+    })
+    .await;
+    assert!(
+        cut.is_some(),
+        "partition not noticed: a {:?} b {:?}",
+        a.live(),
+        b.live()
+    );
+
+    net.link(true);
+    let healed = wait_for(Duration::from_secs(10), || {
+        a.live() == both && b.live() == both
+    })
+    .await;
+    assert!(
+        healed.is_some(),
+        "did not heal: a {:?} b {:?}",
+        a.live(),
+        b.live()
+    );
+}
