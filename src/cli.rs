@@ -84,6 +84,29 @@ pub enum CtlCommand {
         #[arg(allow_hyphen_values = true)]
         entries: Vec<String>,
     },
+    /// Take a web gear out of rotation on every balancer, wait until all live ones
+    /// stopped sending it traffic (drained), and print the result.
+    RotateOut {
+        /// Gear uuid, gear name, or server name.
+        gear: String,
+        /// Drain deadline: what is still running then is cut (default rotate.timeout).
+        #[arg(long)]
+        timeout: Option<String>,
+        /// Accepted for compatibility: rotation always persists until rotate-in.
+        #[arg(long)]
+        persist: bool,
+        /// Print only the JSON result on stdout.
+        #[arg(long)]
+        as_json: bool,
+    },
+    /// Put a web gear back in rotation on every balancer.
+    RotateIn {
+        gear: String,
+        #[arg(long)]
+        persist: bool,
+        #[arg(long)]
+        as_json: bool,
+    },
     /// Re-read the configuration file and environment without a restart.
     Reload,
 }
@@ -236,6 +259,41 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
         CtlCommand::Status { json } => (Request::Status, json),
         CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
         CtlCommand::Peers { json } => (Request::Peers, json),
+        CtlCommand::RotateOut {
+            gear,
+            timeout,
+            persist: _,
+            as_json,
+        } => {
+            let timeout_ms = match timeout.as_deref().map(crate::config::parse_timeout) {
+                None => None,
+                Some(Some(d)) => Some(d.as_millis() as u64),
+                Some(None) => {
+                    eprintln!("gearlb: --timeout {:?}: use a duration like \"90s\" or \"2m\" (1s to 1 day)", timeout.unwrap_or_default());
+                    return EXIT_CONFIG;
+                }
+            };
+            (
+                Request::Rotate {
+                    gear,
+                    op: crate::rotation::Op::Out,
+                    timeout_ms,
+                },
+                as_json,
+            )
+        }
+        CtlCommand::RotateIn {
+            gear,
+            persist: _,
+            as_json,
+        } => (
+            Request::Rotate {
+                gear,
+                op: crate::rotation::Op::In,
+                timeout_ms: None,
+            },
+            as_json,
+        ),
         CtlCommand::SetPeers { entries } => (Request::SetPeers { args: entries }, false),
         CtlCommand::Reload => {
             // The daemon re-reads its file with the caller's gear environment.
@@ -255,7 +313,22 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
             return 1;
         }
     };
-    let reply = match rt.block_on(control::call(&socket, &request)) {
+    // Progress on stderr: a live line on a terminal, one line per change otherwise.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut shown = false;
+    let on_progress = |line: &str| {
+        if tty {
+            eprint!("\r\x1b[K{line}");
+            shown = true;
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let result = rt.block_on(control::call_with_progress(&socket, &request, on_progress));
+    if shown {
+        eprintln!();
+    }
+    let reply = match result {
         Ok(r) => r,
         Err(e @ control::ClientError::Connect { .. }) => {
             eprintln!("gearlb: {e}");
@@ -279,6 +352,29 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
                     Err(e) => {
                         eprintln!("gearlb: unexpected status report: {e}");
                         return 1;
+                    }
+                }
+            }
+        }
+        Request::Rotate { .. } if !reply.data.is_null() => {
+            if json {
+                println!("{}", serde_json::to_string(&reply.data).unwrap_or_default());
+            } else {
+                println!("{}", reply.message);
+                if let Some(results) = reply.data["proxy_results"].as_object() {
+                    for (proxy, r) in results {
+                        let notes: Vec<&str> = r["messages"]
+                            .as_array()
+                            .into_iter()
+                            .chain(r["errors"].as_array())
+                            .flatten()
+                            .filter_map(|v| v.as_str())
+                            .collect();
+                        println!(
+                            "  {proxy:<38} {:<12} {}",
+                            r["status"].as_str().unwrap_or(""),
+                            notes.join("; ")
+                        );
                     }
                 }
             }

@@ -61,6 +61,7 @@ pub struct Config {
     pub sticky: StickyConfig,
     pub cluster: ClusterConfig,
     pub subset: SubsetConfig,
+    pub rotate: RotateConfig,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
 }
@@ -214,6 +215,14 @@ impl fmt::Debug for ClusterConfig {
     }
 }
 
+/// Rotate-out and rotate-in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RotateConfig {
+    /// Drain deadline of a rotate-out when the command names none. Default 2m.
+    /// Env `OPENSHIFT_GEARLB_ROTATE_TIMEOUT` (`"90s"`, `"2m"`, or seconds).
+    pub timeout: Duration,
+}
+
 /// Coverage-limited subsets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubsetConfig {
@@ -292,6 +301,9 @@ impl Default for Config {
                 gossip_interval: Duration::from_millis(200),
             },
             subset: SubsetConfig { coverage: 100 },
+            rotate: RotateConfig {
+                timeout: Duration::from_secs(120),
+            },
             gear: GearIdentity::default(),
         }
     }
@@ -372,7 +384,7 @@ pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
 
 const SECTIONS: &[&str] = &[
     "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "health",
-    "sticky", "cluster", "subset",
+    "sticky", "cluster", "subset", "rotate",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -530,6 +542,11 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     }
     r.finish();
 
+    let t = section("rotate", problems);
+    let mut r = Reader::new(&t, "rotate", problems);
+    cfg.rotate.timeout = r.duration("timeout", cfg.rotate.timeout);
+    r.finish();
+
     let t = section("subset", problems);
     let mut r = Reader::new(&t, "subset", problems);
     cfg.subset.coverage = r.uint("coverage", cfg.subset.coverage as u64, 1, 100) as u32;
@@ -660,6 +677,15 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     }
     if let Some(app) = env.var("OPENSHIFT_APP_UUID") {
         cfg.cluster.id = app;
+    }
+    if let Some(t) = env.var("OPENSHIFT_GEARLB_ROTATE_TIMEOUT") {
+        match parse_timeout(&t) {
+            Some(d) => cfg.rotate.timeout = d,
+            None => problems.push(Problem {
+                path: "env OPENSHIFT_GEARLB_ROTATE_TIMEOUT".into(),
+                message: format!("{t:?} is not a duration like \"2m\" or a number of seconds"),
+            }),
+        }
     }
     if let Some(c) = env.var("OPENSHIFT_GEARLB_COVERAGE") {
         match c.trim_end_matches('%').parse::<u32>() {
@@ -905,6 +931,18 @@ impl<'a> Reader<'a> {
             });
         }
     }
+}
+
+/// A timeout as an operator writes it: `"2m"`, `"90s"`, or plain seconds (`"120"`).
+/// Between 1 second and 1 day.
+pub fn parse_timeout(s: &str) -> Option<Duration> {
+    let d = match s.trim().parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(s.trim()).ok()?,
+    };
+    (Duration::from_secs(1)..=Duration::from_secs(86_400))
+        .contains(&d)
+        .then_some(d)
 }
 
 /// A stable fingerprint of the `[[backends]]` list, stored with the persisted state so a

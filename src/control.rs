@@ -40,6 +40,14 @@ pub enum Request {
     SetPeers {
         args: Vec<String>,
     },
+    /// Rotate a gear out (drain on every balancer) or in.
+    Rotate {
+        gear: String,
+        op: crate::rotation::Op,
+        /// Drain deadline (rotate-out), milliseconds; default `rotate.timeout`.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
     /// Re-read the config file, with this environment (the caller's: in cartridge mode
     /// `bin/control reload` runs with the gear's current variables).
     Reload {
@@ -78,9 +86,20 @@ impl Reply {
     }
 }
 
+/// Where a long command reports progress (one line of text per message).
+pub type Progress = tokio::sync::mpsc::UnboundedSender<String>;
+
+/// One line on the wire: progress while a command runs, then the reply.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Line {
+    Progress { progress: String },
+    Reply(Reply),
+}
+
 /// Carries out commands.
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, req: Request) -> impl Future<Output = Reply> + Send;
+    fn handle(&self, req: Request, progress: Progress) -> impl Future<Output = Reply> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,19 +185,47 @@ async fn serve_one<H: Handler>(stream: UnixStream, handler: &H) -> std::io::Resu
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_REQUEST));
     let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await;
-    let reply = match read {
-        Err(_) => Reply::error(1, "no request received in time"),
-        Ok(Err(e)) => Reply::error(1, format!("could not read request: {e}")),
-        Ok(Ok(_)) if !line.ends_with('\n') => Reply::error(
-            1,
-            format!("request missing or larger than {MAX_REQUEST} bytes"),
-        ),
-        Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
-            Ok(req) => handler.handle(req).await,
-            Err(e) => Reply::error(1, format!("invalid request: {e}")),
-        },
+    let (progress, mut progress_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let work = async {
+        match read {
+            Err(_) => Reply::error(1, "no request received in time"),
+            Ok(Err(e)) => Reply::error(1, format!("could not read request: {e}")),
+            Ok(Ok(_)) if !line.ends_with('\n') => Reply::error(
+                1,
+                format!("request missing or larger than {MAX_REQUEST} bytes"),
+            ),
+            Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
+                Ok(req) => handler.handle(req, progress).await,
+                Err(e) => Reply::error(1, format!("invalid request: {e}")),
+            },
+        }
     };
-    let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    tokio::pin!(work);
+    let mut pending: Vec<String> = Vec::new();
+    let reply = loop {
+        tokio::select! {
+            reply = &mut work => break reply,
+            Some(p) = progress_rx.recv() => pending.push(p),
+        }
+        for p in pending.drain(..) {
+            let mut out = serde_json::to_vec(&Line::Progress { progress: p })
+                .map_err(std::io::Error::other)?;
+            out.push(b'\n');
+            // A client that went away does not stop the command.
+            let _ = write.write_all(&out).await;
+        }
+    };
+    // Progress sent just before the reply still goes out, in order.
+    while let Ok(p) = progress_rx.try_recv() {
+        pending.push(p);
+    }
+    for p in pending {
+        let mut out =
+            serde_json::to_vec(&Line::Progress { progress: p }).map_err(std::io::Error::other)?;
+        out.push(b'\n');
+        let _ = write.write_all(&out).await;
+    }
+    let mut out = serde_json::to_vec(&Line::Reply(reply)).map_err(std::io::Error::other)?;
     out.push(b'\n');
     write.write_all(&out).await?;
     write.shutdown().await
@@ -204,6 +251,15 @@ pub enum ClientError {
 
 /// Send one command and wait for the reply.
 pub async fn call(path: &Path, req: &Request) -> Result<Reply, ClientError> {
+    call_with_progress(path, req, |_| {}).await
+}
+
+/// Send one command; `on_progress` gets each progress line until the reply comes.
+pub async fn call_with_progress(
+    path: &Path,
+    req: &Request,
+    mut on_progress: impl FnMut(&str),
+) -> Result<Reply, ClientError> {
     let io = |source| ClientError::Io {
         path: path.to_path_buf(),
         source,
@@ -217,11 +273,22 @@ pub async fn call(path: &Path, req: &Request) -> Result<Reply, ClientError> {
     let mut line = serde_json::to_vec(req).map_err(|e| io(std::io::Error::other(e)))?;
     line.push(b'\n');
     stream.write_all(&line).await.map_err(io)?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).await.map_err(io)?;
-    serde_json::from_str(&reply).map_err(|e| ClientError::Reply {
+    let mut lines = BufReader::new(stream).lines();
+    while let Some(l) = lines.next_line().await.map_err(io)? {
+        match serde_json::from_str::<Line>(&l) {
+            Ok(Line::Progress { progress }) => on_progress(&progress),
+            Ok(Line::Reply(r)) => return Ok(r),
+            Err(e) => {
+                return Err(ClientError::Reply {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+    Err(ClientError::Reply {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        reason: "connection closed without a reply".into(),
     })
 }
 
@@ -233,7 +300,8 @@ mod tests {
     struct Echo;
 
     impl Handler for Echo {
-        async fn handle(&self, req: Request) -> Reply {
+        async fn handle(&self, req: Request, progress: Progress) -> Reply {
+            let _ = progress.send("working".into());
             Reply::ok("echo", serde_json::to_value(req).unwrap())
         }
     }
@@ -255,7 +323,11 @@ mod tests {
         let req = Request::UpdateCluster {
             args: vec!["a b".into()],
         };
-        let reply = call(&path, &req).await.unwrap();
+        let mut seen = Vec::new();
+        let reply = call_with_progress(&path, &req, |p| seen.push(p.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(seen, vec!["working"]);
         assert_eq!(reply.exit_code, 0);
         assert_eq!(reply.data["cmd"], "update-cluster");
         assert_eq!(reply.data["args"][0], "a b");
@@ -289,7 +361,7 @@ mod tests {
         s.write_all(b"{\"cmd\":\"format-disk\"}\n").await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
-        let reply: Reply = serde_json::from_str(&out).unwrap();
+        let reply: Reply = serde_json::from_str(out.trim_end()).unwrap();
         assert_eq!(reply.exit_code, 1);
         assert!(reply.message.contains("invalid request"));
         stop.cancel();

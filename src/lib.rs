@@ -12,6 +12,8 @@
 //! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
 //!   [`proxy::upstream`] holds one connection pool per backend,
 //!   [`proxy::forward`] the header rewriting, [`proxy::tunnel`] WebSocket tunnels.
+//! - [`rotation`]: rotate-out/in: the last-writer-wins register of ops, local drain
+//!   and acknowledgments.
 //! - [`control`]: the unix-socket control API used by `gearlb ctl`.
 //! - [`state`]: the persisted backend set, written atomically.
 //! - [`stats`]: counters and the status report; [`status`]: the status listener.
@@ -30,6 +32,7 @@ pub mod control;
 pub mod gear;
 pub mod health;
 pub mod proxy;
+pub mod rotation;
 pub mod routing;
 pub mod server;
 pub mod state;

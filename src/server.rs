@@ -7,11 +7,12 @@
 //! Control-plane operations are serialised by one async mutex; the request path never
 //! sees it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
@@ -28,6 +29,7 @@ use crate::control::{self, Reply, Request};
 use crate::gear::{self, BadEntry, PeerSpec};
 use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
+use crate::rotation::{self, AckState, Op, Rotations};
 use crate::routing::{Backend, BackendSpec, Change, Router};
 use crate::state::{PersistedState, StateStore, FORMAT};
 use crate::stats::{self, FrontendReport, FrontendStats, ListenReport, StatusReport};
@@ -50,6 +52,12 @@ pub struct App {
     started: Instant,
     listen: ListenReport,
     gear_uuid: Option<String>,
+    /// This balancer's id in the cluster (node id, else gear uuid, else "self").
+    self_id: String,
+    namespace: Option<String>,
+    rotations: Arc<Rotations>,
+    /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
+    fingerprint: Mutex<String>,
     /// The configuration in force; also serialises control-plane operations.
     config: tokio::sync::Mutex<Config>,
 }
@@ -85,13 +93,16 @@ impl Server {
         let store = StateStore::new(&cfg.state.dir);
         let fingerprint = backends_fingerprint(&cfg.backends);
         let mut saved_peers = Vec::new();
+        let mut saved_rotations = Vec::new();
         let (specs, from_state) = match store.load() {
             Ok(Some(st)) if st.config_backends == fingerprint => {
                 saved_peers = st.peers;
+                saved_rotations = st.rotations;
                 (st.backends, true)
             }
             Ok(Some(st)) => {
                 saved_peers = st.peers;
+                saved_rotations = st.rotations;
                 info!("[[backends]] in the configuration changed since the state was saved: using the configuration");
                 (config_specs(&cfg), false)
             }
@@ -135,6 +146,16 @@ impl Server {
                 Some(Cluster::start(&cfg.cluster, listen, known, cfg.gear.name.clone()).await?)
             }
         };
+        // Rotated-out gears come back out of rotation, before anything is served.
+        let rotations = Arc::new(Rotations::new(saved_rotations));
+        router.set_rotated_out(
+            rotations
+                .ops()
+                .values()
+                .filter(|o| o.op == Op::Out)
+                .map(|o| o.gear.clone())
+                .collect(),
+        );
         let change = router.replace_backends(specs);
         info!(
             backends = change.added.len(),
@@ -148,9 +169,10 @@ impl Server {
         if !from_state {
             let st = PersistedState {
                 format: FORMAT,
-                config_backends: fingerprint,
+                config_backends: fingerprint.clone(),
                 backends: router.specs(),
                 peers: cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                rotations: rotations.ops().into_values().collect(),
             };
             if let Err(e) = store.save(&st) {
                 warn!(error = %e, "could not save state; serving anyway");
@@ -175,6 +197,11 @@ impl Server {
             status: status_listener.local_addr()?.to_string(),
         };
         let max_connections = cfg.limits.max_connections;
+        let self_id = cluster
+            .as_ref()
+            .map(|c| c.self_id().to_string())
+            .or_else(|| cfg.gear.uuid.clone())
+            .unwrap_or_else(|| "self".into());
         let app = Arc::new(App {
             router,
             coverage: Arc::new(AtomicU32::new(cfg.subset.coverage)),
@@ -188,6 +215,10 @@ impl Server {
             started: Instant::now(),
             listen,
             gear_uuid: cfg.gear.uuid.clone(),
+            self_id,
+            namespace: cfg.gear.namespace.clone(),
+            rotations,
+            fingerprint: Mutex::new(fingerprint),
             config: tokio::sync::Mutex::new(cfg),
         });
         Ok(Server {
@@ -240,6 +271,20 @@ impl Server {
             .map(|c| c.advertise().to_string())
             .unwrap_or_else(|| "off".into());
         info!(proxy = %app.listen.proxy, status = %app.listen.status, gossip = %gossip, "gearlb serving");
+        let weak = Arc::downgrade(&app);
+        let rotation_task = tokio::spawn(rotation::run(
+            app.rotations.clone(),
+            app.router.clone(),
+            app.cluster.clone(),
+            move |_ops| {
+                if let Some(app) = weak.upgrade() {
+                    if let Err(e) = app.persist() {
+                        error!(error = %e, "rotation state not saved");
+                    }
+                }
+            },
+            stop.clone(),
+        ));
         let cluster_tasks = app.cluster.clone().map(|c| {
             (
                 tokio::spawn(c.clone().run(stop.clone())),
@@ -277,6 +322,7 @@ impl Server {
         if let Some(t) = health_task {
             let _ = t.await;
         }
+        let _ = rotation_task.await;
         if let Some((a, b)) = cluster_tasks {
             let _ = a.await;
             let _ = b.await;
@@ -311,19 +357,25 @@ impl App {
         }
     }
 
-    fn persist(&self, cfg: &Config) -> Result<(), String> {
+    /// Save the state file: backends, peers, rotations.
+    fn persist(&self) -> Result<(), String> {
         let st = PersistedState {
             format: FORMAT,
-            config_backends: backends_fingerprint(&cfg.backends),
+            config_backends: self
+                .fingerprint
+                .lock()
+                .map(|f| f.clone())
+                .unwrap_or_default(),
             backends: self.router.specs(),
             peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+            rotations: self.rotations.ops().into_values().collect(),
         };
         self.store.save(&st).map_err(|e| e.to_string())
     }
 
     /// Apply `update-cluster`: the complete list of web gears.
     pub async fn update_cluster(&self, args: &[String]) -> Reply {
-        let cfg = self.config.lock().await;
+        let _serialised = self.config.lock().await;
         let parsed = gear::parse_entries(args);
         if parsed.valid.is_empty() && !parsed.invalid.is_empty() {
             return Reply {
@@ -362,7 +414,7 @@ impl App {
         }
         let change = self.router.replace_backends(specs);
         log_change("update-cluster", &change);
-        let persist_error = self.persist(&cfg).err();
+        let persist_error = self.persist().err();
         if let Some(e) = &persist_error {
             error!(error = %e, "update-cluster applied in memory but not saved");
         }
@@ -411,7 +463,7 @@ impl App {
 
     /// Replace the known peer balancers (subscriber hook).
     pub async fn set_peers(&self, args: &[String]) -> Reply {
-        let cfg = self.config.lock().await;
+        let _serialised = self.config.lock().await;
         let Some(cluster) = &self.cluster else {
             return Reply::error(1, "gossip is off (no cluster.listen): peers cannot be set");
         };
@@ -432,7 +484,7 @@ impl App {
         }
         let mut message = format!("{} peer balancer(s) known", peers.len());
         let mut exit_code = 0;
-        if let Err(e) = self.persist(&cfg) {
+        if let Err(e) = self.persist() {
             error!(error = %e, "peers applied but not saved");
             message.push_str(&format!("\nwarning: applied but NOT saved: {e}"));
             exit_code = 1;
@@ -441,6 +493,251 @@ impl App {
             exit_code,
             message,
             data: serde_json::json!({ "peers": peers }),
+        }
+    }
+
+    /// The gear a rotate command names: its sticky label. GEAR may be the server name
+    /// (`gear-<gearname>-<ns>`), the label (`<gearname>-<ns>`), or the gear name or uuid
+    /// alone (unique prefix of a label before `-<ns>`).
+    fn resolve_gear(&self, arg: &str) -> Result<String, String> {
+        let table = self.router.snapshot();
+        let labels: Vec<&str> = table
+            .entries()
+            .iter()
+            .map(|e| e.backend.sticky.as_str())
+            .collect();
+        let by_name = table
+            .entries()
+            .iter()
+            .find(|e| e.backend.name() == arg)
+            .map(|e| e.backend.sticky.clone());
+        if let Some(l) = by_name {
+            return Ok(l);
+        }
+        if labels.contains(&arg) {
+            return Ok(arg.to_string());
+        }
+        let with_ns = self.namespace.as_ref().map(|ns| format!("{arg}-{ns}"));
+        if let Some(l) = with_ns.filter(|l| labels.contains(&l.as_str())) {
+            return Ok(l);
+        }
+        let prefixed: Vec<&&str> = labels
+            .iter()
+            .filter(|l| l.starts_with(&format!("{arg}-")))
+            .collect();
+        match prefixed.as_slice() {
+            [one] => Ok(one.to_string()),
+            [] => {
+                // A gear another balancer knows but this one does not (yet): allow a
+                // label-shaped name, so a rotate-out issued early still sticks.
+                if gear::is_dns_name(arg) && arg.contains('-') && !arg.contains('.') {
+                    Ok(arg.to_string())
+                } else {
+                    Err(format!("unknown gear {:?}", gear::printable(arg)))
+                }
+            }
+            many => Err(format!(
+                "{:?} is ambiguous: {}",
+                gear::printable(arg),
+                many.iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// Rotate a gear out (drain everywhere) or in, and wait until every live balancer
+    /// acknowledged. The result is the platform's rotate JSON shape.
+    pub async fn rotate(
+        &self,
+        arg: &str,
+        op: Op,
+        timeout: Option<Duration>,
+        progress: &control::Progress,
+    ) -> Reply {
+        let default_timeout = self.config.lock().await.rotate.timeout;
+        let verb = match op {
+            Op::Out => "rotate-out",
+            Op::In => "rotate-in",
+        };
+        let label = match self.resolve_gear(arg) {
+            Ok(l) => l,
+            Err(e) => return Reply::error(1, format!("{verb}: {e}")),
+        };
+        let target = match &self.namespace {
+            Some(ns) => label
+                .strip_suffix(&format!("-{ns}"))
+                .unwrap_or(&label)
+                .to_string(),
+            None => label.clone(),
+        };
+        let view = self.cluster_view();
+        if view.enabled && view.live.len() * 2 < view.known_count {
+            let msg = format!(
+                "{verb} {label}: only {} of {} known balancers reachable: no quorum, nothing changed",
+                view.live.len(),
+                view.known_count
+            );
+            let result = rotate_result(
+                &target,
+                false,
+                BTreeMap::from([(
+                    self.self_id.clone(),
+                    proxy_result(&self.self_id, &target, "failure", vec![], vec![msg.clone()]),
+                )]),
+            );
+            return Reply {
+                exit_code: 1,
+                message: msg,
+                data: result,
+            };
+        }
+        let timeout = timeout.unwrap_or(default_timeout);
+        let started = tokio::time::Instant::now();
+        let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
+        if let Some(c) = &self.cluster {
+            c.push_now();
+        }
+        let epoch = submitted.epoch();
+        let done_state = match op {
+            Op::Out => AckState::Drained,
+            Op::In => AckState::Active,
+        };
+        // rotate-in has no drain: give peers a bounded time to confirm.
+        let give_up = match op {
+            Op::Out => timeout + Duration::from_secs(5),
+            Op::In => Duration::from_secs(10),
+        };
+        info!(gear = %label, epoch = %epoch, "{verb} started");
+        let mut last_line = String::new();
+        let (acked, pending, inflight, forced, superseded) = loop {
+            let view = self.cluster_view();
+            let mut acks: BTreeMap<String, Option<rotation::Ack>> = BTreeMap::new();
+            acks.insert(
+                self.self_id.clone(),
+                self.rotations.acks().get(&label).cloned(),
+            );
+            for peer in view.peers.iter().filter(|p| p.live) {
+                if let Some(id) = &peer.id {
+                    let a = view.acks.get(id).and_then(|m| m.get(&label)).cloned();
+                    acks.insert(id.clone(), a);
+                }
+            }
+            let current =
+                |a: &Option<rotation::Ack>| a.as_ref().filter(|a| a.epoch == epoch).cloned();
+            let acked: Vec<String> = acks
+                .iter()
+                .filter(|(_, a)| current(a).is_some_and(|a| a.state == done_state))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let pending: Vec<String> = acks
+                .keys()
+                .filter(|id| !acked.contains(id))
+                .cloned()
+                .collect();
+            let inflight: u64 = acks.values().filter_map(current).map(|a| a.inflight).sum();
+            let forced: BTreeMap<String, u64> = acks
+                .iter()
+                .filter_map(|(id, a)| current(a).map(|a| (id.clone(), a.forced)))
+                .collect();
+            let superseded = self
+                .rotations
+                .ops()
+                .get(&label)
+                .filter(|o| o.epoch() != epoch)
+                .cloned();
+            let left = give_up.saturating_sub(started.elapsed());
+            let line = format!(
+                "{verb} {label}: acks {}/{}, in flight {inflight}, time left {}s",
+                acked.len(),
+                acks.len(),
+                match op {
+                    Op::Out => timeout.saturating_sub(started.elapsed()).as_secs(),
+                    Op::In => left.as_secs(),
+                }
+            );
+            if line != last_line {
+                let _ = progress.send(line.clone());
+                last_line = line;
+            }
+            if pending.is_empty() || superseded.is_some() || left.is_zero() {
+                break (acked, pending, inflight, forced, superseded);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+
+        let view = self.cluster_view();
+        let mut results = BTreeMap::new();
+        let ok = pending.is_empty() && superseded.is_none();
+        for id in acked.iter().chain(pending.iter()) {
+            let mut messages = Vec::new();
+            let mut errors = Vec::new();
+            let good = acked.contains(id);
+            if good {
+                messages.push(match op {
+                    Op::Out => format!("gear {target} drained"),
+                    Op::In => format!("gear {target} active"),
+                });
+                if let Some(n) = forced.get(id).filter(|n| **n > 0) {
+                    messages.push(format!(
+                        "forced: {n} request(s) or tunnel(s) cut at the {timeout:?} deadline"
+                    ));
+                }
+            } else {
+                errors.push(format!("no acknowledgment within {give_up:?}"));
+            }
+            if let Some(s) = &superseded {
+                errors.push(format!("superseded by a later {:?} from {}", s.op, s.by));
+            }
+            let status = if good && superseded.is_none() {
+                "success"
+            } else {
+                "failure"
+            };
+            results.insert(
+                id.clone(),
+                proxy_result(id, &target, status, messages, errors),
+            );
+        }
+        for p in view.peers.iter().filter(|p| p.known && !p.live) {
+            let id = p.id.clone().unwrap_or_else(|| p.addr.clone());
+            results.insert(
+                id.clone(),
+                proxy_result(
+                    &id,
+                    &target,
+                    "unreachable",
+                    vec![],
+                    vec![format!(
+                        "balancer {} unreachable (dead in gossip): not waited for",
+                        p.addr
+                    )],
+                ),
+            );
+        }
+        let total_forced: u64 = forced.values().sum();
+        let message = format!(
+            "{verb} {label}: {} in {:.1}s; {} balancer(s) acknowledged{}{}",
+            if ok { "success" } else { "FAILED" },
+            started.elapsed().as_secs_f64(),
+            acked.len(),
+            if total_forced > 0 {
+                format!(", {total_forced} forced")
+            } else {
+                String::new()
+            },
+            if inflight > 0 && !ok {
+                format!(", {inflight} still in flight")
+            } else {
+                String::new()
+            },
+        );
+        info!(gear = %label, ok, forced = total_forced, "{verb} finished");
+        Reply {
+            exit_code: if ok { 0 } else { 1 },
+            message,
+            data: rotate_result(&target, ok, results),
         }
     }
 
@@ -517,6 +814,9 @@ impl App {
         applied.limits.max_idle_per_backend = cfg.limits.max_idle_per_backend;
         *cfg = applied;
         if backends_changed {
+            if let Ok(mut f) = self.fingerprint.lock() {
+                *f = backends_fingerprint(&cfg.backends);
+            }
             let change = self.router.replace_backends(config_specs(&cfg));
             log_change("reload", &change);
             notes.push(format!(
@@ -524,7 +824,7 @@ impl App {
                 describe_change(&change)
             ));
             reply_data = serde_json::json!({ "change": change });
-            if let Err(e) = self.persist(&cfg) {
+            if let Err(e) = self.persist() {
                 error!(error = %e, "reloaded backends not saved");
                 notes.push(format!("warning: backends applied but NOT saved: {e}"));
             }
@@ -537,6 +837,34 @@ impl App {
         }
         Reply::ok(message, reply_data)
     }
+}
+
+fn proxy_result(
+    proxy: &str,
+    target: &str,
+    status: &str,
+    messages: Vec<String>,
+    errors: Vec<String>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "status": status,
+        "proxy_gear_uuid": proxy,
+        "target_gear_uuid": target,
+        "messages": messages,
+        "errors": errors,
+    })
+}
+
+fn rotate_result(
+    target: &str,
+    ok: bool,
+    results: BTreeMap<String, serde_json::Value>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "status": if ok { "success" } else { "failure" },
+        "target_gear_uuid": target,
+        "proxy_results": results,
+    })
 }
 
 fn log_change(source: &str, c: &Change) {
@@ -580,7 +908,7 @@ fn describe_bad(bad: &[BadEntry]) -> String {
 }
 
 impl control::Handler for App {
-    async fn handle(&self, req: Request) -> Reply {
+    async fn handle(&self, req: Request, progress: control::Progress) -> Reply {
         match req {
             Request::Status => match serde_json::to_value(self.status()) {
                 Ok(v) => Reply::ok("", v),
@@ -592,6 +920,14 @@ impl control::Handler for App {
                 serde_json::to_value(self.cluster_view()).unwrap_or_default(),
             ),
             Request::SetPeers { args } => self.set_peers(&args).await,
+            Request::Rotate {
+                gear,
+                op,
+                timeout_ms,
+            } => {
+                self.rotate(&gear, op, timeout_ms.map(Duration::from_millis), &progress)
+                    .await
+            }
             Request::Reload { env } => {
                 let env: HashMap<String, String> = env.into_iter().collect();
                 self.reload(&env).await

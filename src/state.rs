@@ -33,6 +33,9 @@ pub struct PersistedState {
     /// The known peer balancers (from `set-peers`), when gossip is on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<crate::gear::PeerSpec>,
+    /// Rotation ops in force, one per gear: rotated-out gears stay out across restarts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rotations: Vec<crate::rotation::RotationOp>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +180,7 @@ mod tests {
                 })
                 .collect(),
             peers: Vec::new(),
+            rotations: Vec::new(),
         }
     }
 

@@ -10,26 +10,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const SECRET: &str = "test-cluster-secret-0123456789";
-
-fn cluster_config(dir: &Path, id: &str, secret: &str, extra: &str) -> String {
-    config_text(
-        dir,
-        &[],
-        &format!(
-            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n{extra}"
-        ),
-    )
-}
-
-/// `set-peers` argument in the subscriber hook's format for these balancers.
-fn peer_list(lbs: &[(&str, &Gearlb)]) -> String {
-    lbs.iter()
-        .map(|(id, lb)| format!("'{id}'='{id}|{}'", lb.gossip.unwrap()))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 async fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     let t = Instant::now();
     while t.elapsed() < limit {

@@ -97,6 +97,15 @@ pub struct ClusterView {
     /// Gear health reported by each live peer: peer id → gear label → up.
     #[serde(skip)]
     pub reports: HashMap<String, HashMap<String, bool>>,
+    /// Rotation ops the live peers publish (`rot:` keys).
+    #[serde(skip)]
+    pub rotations: Vec<crate::rotation::RotationOp>,
+    /// Rotation acks of each live peer: peer id → gear label → ack (`ack:` keys).
+    #[serde(skip)]
+    pub acks: HashMap<String, HashMap<String, crate::rotation::Ack>>,
+    /// Gossip addresses of the live peers.
+    #[serde(skip)]
+    pub live_addrs: Vec<SocketAddr>,
 }
 
 impl ClusterView {
@@ -264,6 +273,36 @@ pub fn build_view(
             Some((m.id.clone(), map))
         })
         .collect();
+    let counted: Vec<&&Member> = by_id
+        .values()
+        .filter(|m| counts(m) && m.id != self_id)
+        .collect();
+    let rotations = counted
+        .iter()
+        .flat_map(|m| {
+            m.keys
+                .iter()
+                .filter(|(k, _)| k.starts_with("rot:"))
+                .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        })
+        .collect();
+    let acks = counted
+        .iter()
+        .map(|m| {
+            let a = m
+                .keys
+                .iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        k.strip_prefix("ack:")?.to_string(),
+                        serde_json::from_str(v).ok()?,
+                    ))
+                })
+                .collect();
+            (m.id.clone(), a)
+        })
+        .collect();
+    let live_addrs = counted.iter().map(|m| m.addr).collect();
     let known_others = known
         .iter()
         .filter(|p| p.id.as_deref() != Some(self_id))
@@ -277,6 +316,9 @@ pub fn build_view(
         known_count: known_others + 1,
         gossip,
         reports,
+        rotations,
+        acks,
+        live_addrs,
     }
 }
 
@@ -415,6 +457,14 @@ impl Cluster {
         self.handle
             .with_chitchat(|c| c.self_node_state().set(key, value.clone()))
             .await;
+    }
+
+    /// Gossip with every live peer now rather than at the next random round: used when
+    /// a rotation op or ack changed, so agreement takes one round trip.
+    pub fn push_now(&self) {
+        for addr in &self.view().live_addrs {
+            let _ = self.handle.gossip(*addr);
+        }
     }
 
     /// Send a gossip round to every known peer not seen live.
@@ -597,15 +647,28 @@ mod tests {
         let mut handles = Vec::new();
         for (i, t) in transports.into_iter().enumerate() {
             let id = ChitchatId::new(format!("lb{i}"), 1, addrs[i]);
-            let seeds = addrs.iter().filter(|a| **a != addrs[i]).map(|a| a.to_string()).collect();
+            let seeds = addrs
+                .iter()
+                .filter(|a| **a != addrs[i])
+                .map(|a| a.to_string())
+                .collect();
             let cfg = chitchat_config(id, "app", interval, addrs[i], seeds);
-            handles.push(spawn_chitchat(cfg, vec![("ready".into(), "1".into())], t).await.unwrap());
+            handles.push(
+                spawn_chitchat(cfg, vec![("ready".into(), "1".into())], t)
+                    .await
+                    .unwrap(),
+            );
         }
         handles
     }
 
     async fn live_count(h: &ChitchatHandle) -> usize {
-        h.chitchat().lock().await.live_nodes_watcher().borrow().len()
+        h.chitchat()
+            .lock()
+            .await
+            .live_nodes_watcher()
+            .borrow()
+            .len()
     }
 
     /// The failure-detector tuning: all live within 3 s, a dead one noticed within 3 s
@@ -635,7 +698,11 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(t.elapsed() < Duration::from_secs(3), "dead peer noticed after {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "dead peer noticed after {:?}",
+            t.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -646,7 +713,12 @@ mod tests {
             "127.0.0.1:17002".parse().unwrap(),
             "127.0.0.1:17003".parse().unwrap(),
         ];
-        let handles = start_three([&transport, &transport, &transport], addrs, Duration::from_millis(200)).await;
+        let handles = start_three(
+            [&transport, &transport, &transport],
+            addrs,
+            Duration::from_millis(200),
+        )
+        .await;
         membership_contract(handles).await;
     }
 
@@ -667,7 +739,8 @@ mod tests {
             ts.push(t);
         }
         let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
-        let handles = start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
+        let handles =
+            start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
         membership_contract(handles).await;
     }
 
@@ -687,7 +760,8 @@ mod tests {
             ts.push(t);
         }
         let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
-        let handles = start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
+        let handles =
+            start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
         membership_contract(handles).await;
     }
 

@@ -631,6 +631,7 @@ fn respond(
                 backend.clone(),
                 settings.timeouts.tunnel,
                 ctx.stopping.clone(),
+                backend.pool.kill_token(),
             ));
         }
         // The backend connection now belongs to the tunnel, not the pool.

@@ -34,6 +34,7 @@ pub async fn run(
     backend: Arc<Backend>,
     idle: Duration,
     stop: CancellationToken,
+    kill: CancellationToken,
 ) {
     backend.tunnels.fetch_add(1, Ordering::Relaxed);
     let _open = Open(backend.clone());
@@ -65,6 +66,10 @@ pub async fn run(
             }
             _ = stop.cancelled() => {
                 debug!(backend = %backend.name(), "tunnel closed by the balancer");
+                return;
+            }
+            _ = kill.cancelled() => {
+                debug!(backend = %backend.name(), "tunnel closed at the drain deadline");
                 return;
             }
             _ = &mut watchdog => {

@@ -117,6 +117,9 @@ pub struct Pool {
     /// `None` when pooling is off (`limits.max_idle_per_backend = 0`).
     idle: Option<ArrayQueue<Idle>>,
     closed: AtomicBool,
+    /// Cancelled to cut every connection of this pool, busy ones included (drain
+    /// deadline); replaced by a fresh token when the pool is reopened.
+    kill: arc_swap::ArcSwap<tokio_util::sync::CancellationToken>,
     /// Connections currently open (idle or busy), shared with their driver tasks.
     open: Arc<AtomicU64>,
     max_idle: usize,
@@ -137,6 +140,7 @@ impl Pool {
         Pool {
             idle: (max_idle > 0).then(|| ArrayQueue::new(max_idle)),
             closed: AtomicBool::new(false),
+            kill: arc_swap::ArcSwap::from_pointee(tokio_util::sync::CancellationToken::new()),
             open: Arc::new(AtomicU64::new(0)),
             max_idle,
         }
@@ -165,6 +169,27 @@ impl Pool {
         if let Some(q) = &self.idle {
             while q.pop().is_some() {}
         }
+    }
+
+    /// Cut every connection of the pool now, in flight or idle (their requests fail),
+    /// and stop pooling. Returns the token tunnels of this backend watch too.
+    pub fn force_close(&self) {
+        self.close();
+        self.kill.load().cancel();
+    }
+
+    /// Pool again after a close (rotate-in).
+    pub fn reopen(&self) {
+        if self.kill.load().is_cancelled() {
+            self.kill
+                .store(Arc::new(tokio_util::sync::CancellationToken::new()));
+        }
+        self.closed.store(false, Ordering::Release);
+    }
+
+    /// Cancelled when the pool's connections are cut (tunnels stop on it too).
+    pub fn kill_token(&self) -> tokio_util::sync::CancellationToken {
+        (**self.kill.load()).clone()
     }
 
     /// An idle connection ready for a request, if one is pooled and fresher than
@@ -231,9 +256,13 @@ impl Pool {
             .await?;
         let open = self.open.clone();
         open.fetch_add(1, Ordering::Relaxed);
+        let kill = self.kill_token();
         tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                debug!(error = %e, "backend connection ended with an error");
+            tokio::select! {
+                r = conn.with_upgrades() => if let Err(e) = r {
+                    debug!(error = %e, "backend connection ended with an error");
+                },
+                _ = kill.cancelled() => debug!("backend connection cut (drain deadline)"),
             }
             open.fetch_sub(1, Ordering::Relaxed);
         });
@@ -347,6 +376,38 @@ mod tests {
             .unwrap();
         pool.checkin(s);
         assert_eq!(pool.idle_connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn force_close_cuts_busy_connections_and_reopen_pools_again() {
+        let (addr, _) = backend().await;
+        let pool = Pool::new(4);
+        let _busy = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(pool.open_connections(), 1);
+        pool.force_close();
+        for _ in 0..100 {
+            if pool.open_connections() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(pool.open_connections(), 0, "a busy connection is cut too");
+        pool.reopen();
+        assert!(!pool.is_closed());
+        let s = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        pool.checkin(s);
+        assert_eq!(pool.idle_connections(), 1);
+        assert_eq!(
+            pool.open_connections(),
+            1,
+            "new connections survive the old kill"
+        );
     }
 
     #[tokio::test]

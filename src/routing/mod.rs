@@ -280,6 +280,9 @@ pub struct Router {
     write: Mutex<()>,
     max_idle: usize,
     changes: tokio::sync::watch::Sender<u64>,
+    /// Sticky labels of gears rotated out: a backend (re)created with one of these
+    /// starts out of rotation, so `update-cluster` never brings a rotated gear back.
+    rotated_out: ArcSwap<std::collections::HashSet<String>>,
 }
 
 impl Router {
@@ -289,6 +292,7 @@ impl Router {
             write: Mutex::new(()),
             max_idle,
             changes: tokio::sync::watch::Sender::new(0),
+            rotated_out: ArcSwap::from_pointee(Default::default()),
         }
     }
 
@@ -339,11 +343,11 @@ impl Router {
                 Some(e) => {
                     change.readdressed.push(spec.name.clone());
                     e.backend.pool.close();
-                    entries.push(Entry::new(Backend::new(spec, self.max_idle)));
+                    entries.push(self.new_entry(spec));
                 }
                 None => {
                     change.added.push(spec.name.clone());
-                    entries.push(Entry::new(Backend::new(spec, self.max_idle)));
+                    entries.push(self.new_entry(spec));
                 }
             }
         }
@@ -354,6 +358,25 @@ impl Router {
         change.removed.sort();
         self.publish(entries);
         change
+    }
+
+    fn new_entry(&self, spec: BackendSpec) -> Entry {
+        let mut e = Entry::new(Backend::new(spec, self.max_idle));
+        if self.rotated_out.load().contains(&e.backend.sticky) {
+            e.admin = Admin::Drained;
+            e.backend.pool.close();
+        }
+        e
+    }
+
+    /// The gears (sticky labels) currently rotated out.
+    pub fn set_rotated_out(&self, labels: std::collections::HashSet<String>) {
+        self.rotated_out.store(Arc::new(labels));
+    }
+
+    /// Put the backend with this sticky label in or out of rotation.
+    pub fn set_admin_of(&self, label: &str, admin: Admin) -> bool {
+        self.edit(|e| e.backend.sticky == label, |e| e.admin = admin)
     }
 
     fn publish(&self, entries: Vec<Entry>) {

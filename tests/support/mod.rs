@@ -572,3 +572,70 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+pub const SECRET: &str = "test-cluster-secret-0123456789";
+
+/// Config for a gossiping balancer `id` of application `app1` (100 ms gossip).
+pub fn cluster_config(dir: &Path, id: &str, secret: &str, extra: &str) -> String {
+    config_text(
+        dir,
+        &[],
+        &format!(
+            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n{extra}"
+        ),
+    )
+}
+
+/// `set-peers` argument in the subscriber hook's format for these balancers.
+pub fn peer_list(lbs: &[(&str, &Gearlb)]) -> String {
+    lbs.iter()
+        .map(|(id, lb)| format!("'{id}'='{id}|{}'", lb.gossip.unwrap()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `n` gossiping balancers `lb1..lbn` that know each other and `gears`, all live.
+pub async fn cluster_of(
+    n: usize,
+    gears: &[&TestBackend],
+    extra: &str,
+) -> (Vec<tempfile::TempDir>, Vec<Gearlb>) {
+    let dirs: Vec<_> = (0..n).map(|_| workdir()).collect();
+    let lbs: Vec<Gearlb> = (0..n)
+        .map(|i| {
+            Gearlb::start(
+                dirs[i].path(),
+                &cluster_config(dirs[i].path(), &format!("lb{}", i + 1), SECRET, extra),
+            )
+        })
+        .collect();
+    let ids: Vec<String> = (1..=n).map(|i| format!("lb{i}")).collect();
+    let pairs: Vec<(&str, &Gearlb)> = ids.iter().map(String::as_str).zip(lbs.iter()).collect();
+    let list = peer_list(&pairs);
+    let entries: Vec<String> = gears
+        .iter()
+        .map(|g| format!("{}-ns.example.com|{}", g.name, g.addr))
+        .collect();
+    let entries = entries.join(" ");
+    for lb in &lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+        assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    }
+    let all_live = eventually(Duration::from_secs(10), || {
+        lbs.iter().all(|lb| lb.live() == ids)
+    })
+    .await;
+    assert!(all_live, "balancers did not form a cluster");
+    (dirs, lbs)
+}
+
+/// The state a balancer reports for a backend.
+pub fn backend_state(lb: &Gearlb, name: &str) -> String {
+    lb.status_json()["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == name)
+        .map(|b| b["state"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| "absent".into())
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# bench/rotation.sh - rotate-out completion latency with no traffic in flight, for
+# M = 2, 3 and 10 gossiping balancers on 127.0.0.1, in one run.
+#
+# Usage: bash bench/rotation.sh            (ROUNDS=20 SIZES="2 3 10" GOSSIP=200ms)
+#
+# Each balancer is a real `gearlb run` (release build) with the default gossip
+# interval, all knowing each other through `ctl set-peers`, and one web gear announced by
+# `update-cluster`. Each round times `gearlb ctl rotate-out` (from the command start to
+# its exit, i.e. until every live balancer acknowledged "drained") and then rotates the
+# gear back in. Target: p50 < 1 s at M = 10. Not run in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-20}
+SIZES=${SIZES:-"2 3 10"}
+GOSSIP=${GOSSIP:-200ms}
+BIN=target/release/gearlb
+[ -x "$BIN" ] && [ -z "$(find src Cargo.toml -newer "$BIN" -print -quit)" ] || cargo build --release --quiet
+TMP=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+percentile() { # percentile P < numbers
+  sort -n | awk -v p="$1" '{a[NR]=$1} END {i=int((NR*p+99)/100); if (i<1) i=1; print a[i]}'
+}
+
+printf 'machine: nproc=%s, %s\n' "$(nproc)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+printf 'gearlb %s, gossip interval %s, %s rounds per size\n\n' "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$GOSSIP" "$ROUNDS"
+printf '%4s  %9s  %9s  %9s  %9s\n' M p50_ms p90_ms max_ms failures
+for m in $SIZES; do
+  pids=()
+  socks=()
+  addrs=()
+  for i in $(seq 1 "$m"); do
+    d="$TMP/m$m-lb$i"
+    mkdir -p "$d"
+    cat > "$d/gearlb.toml" <<TOML
+[listen]
+proxy = "127.0.0.1:0"
+status = "127.0.0.1:0"
+[control]
+socket = "$d/control.sock"
+[state]
+dir = "$d/data"
+[cluster]
+node_id = "lb$i"
+listen = "127.0.0.1:0"
+secret = "bench-secret-0123456789abcdef"
+gossip_interval = "$GOSSIP"
+TOML
+    GEARLB_LOG=warn,gearlb::server=info "$BIN" run --config "$d/gearlb.toml" > "$d/log" 2>&1 &
+    pids+=("$!")
+    socks+=("$d/control.sock")
+  done
+  for i in $(seq 1 "$m"); do
+    d="$TMP/m$m-lb$i"
+    for _ in $(seq 1 100); do grep -q 'gearlb serving' "$d/log" && break; sleep 0.05; done
+    addrs+=("'lb$i'='lb$i|$(grep -o 'gossip=[0-9.:]*' "$d/log" | cut -d= -f2)'")
+  done
+  peers="${addrs[*]}"
+  for s in "${socks[@]}"; do
+    "$BIN" ctl --socket "$s" set-peers "$peers" > /dev/null
+    "$BIN" ctl --socket "$s" update-cluster "web1-ns.example.com|127.0.0.1:9" > /dev/null
+  done
+  for _ in $(seq 1 100); do
+    live=$("$BIN" ctl --socket "${socks[0]}" peers --json | grep -c '"live": true' || true)
+    [ "$live" -ge $((m - 1)) ] && break
+    sleep 0.1
+  done
+  times=()
+  failures=0
+  for _ in $(seq 1 "$ROUNDS"); do
+    t0=$(date +%s%N)
+    if "$BIN" ctl --socket "${socks[0]}" rotate-out web1-ns --as-json > /dev/null 2>&1; then
+      times+=($(( ($(date +%s%N) - t0) / 1000000 )))
+    else
+      failures=$((failures + 1))
+    fi
+    "$BIN" ctl --socket "${socks[0]}" rotate-in web1-ns > /dev/null 2>&1 || failures=$((failures + 1))
+  done
+  if [ "${#times[@]}" -gt 0 ]; then
+    p50=$(printf '%s\n' "${times[@]}" | percentile 50)
+    p90=$(printf '%s\n' "${times[@]}" | percentile 90)
+    max=$(printf '%s\n' "${times[@]}" | percentile 100)
+  else
+    p50=-; p90=-; max=-
+  fi
+  printf '%4s  %9s  %9s  %9s  %9s\n' "$m" "$p50" "$p90" "$max" "$failures"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+done

@@ -1,0 +1,484 @@
+//! Rotate-out and rotate-in of web gears, agreed by every balancer.
+//!
+//! Owns the rotation register, the local drain, and acknowledgments.
+//!
+//! - **Register.** Per gear, the latest operation wins: an [`RotationOp`] (`out` with a
+//!   drain deadline, or `in`) stamped with a hybrid logical clock and the node id, ties
+//!   broken by node id ([`merge`], pure). Every balancer publishes the ops it knows
+//!   under `rot:<gear>` in its own gossip keys, so an op outlives the balancer that
+//!   issued it, and a balancer joining later learns it from gossip and from its state
+//!   file. Ops are persistent: nothing but a later op changes a gear's rotation.
+//! - **Drain.** For an `out` op, a balancer stops choosing the gear (sticky requests are
+//!   redispatched and re-pinned), closes its idle pooled connections, and lets requests
+//!   and tunnels in flight finish. When none is left and every connection to the gear is
+//!   closed it is drained. At the deadline whatever is left is cut, and counted as forced.
+//! - **Acks.** Each balancer publishes `ack:<gear>` = `{epoch, state, inflight, forced}`
+//!   for the op in force; the balancer that took the command completes when every live
+//!   known peer acked that epoch (see `server`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cluster::Cluster;
+use crate::routing::{Admin, Router};
+
+/// The two operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Out,
+    In,
+}
+
+/// One rotation command, as every balancer stores and gossips it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RotationOp {
+    /// The gear's sticky label, `<gearname>-<ns>`.
+    pub gear: String,
+    pub op: Op,
+    /// Hybrid logical timestamp (microseconds).
+    pub ts: u64,
+    /// Node id of the balancer that took the command.
+    pub by: String,
+    /// `out`: when remaining requests and tunnels are cut (Unix milliseconds).
+    #[serde(default)]
+    pub deadline_ms: u64,
+}
+
+impl RotationOp {
+    /// Identifies this op in acknowledgments.
+    pub fn epoch(&self) -> String {
+        format!("{}.{}", self.ts, self.by)
+    }
+
+    fn order(&self) -> (u64, &str) {
+        (self.ts, &self.by)
+    }
+}
+
+/// Per gear, the op in force: the latest by (timestamp, node id).
+pub fn merge<'a>(ops: impl IntoIterator<Item = &'a RotationOp>) -> BTreeMap<String, RotationOp> {
+    let mut out: BTreeMap<String, RotationOp> = BTreeMap::new();
+    for op in ops {
+        match out.get(&op.gear) {
+            Some(cur) if cur.order() >= op.order() => {}
+            _ => {
+                out.insert(op.gear.clone(), op.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Where a balancer is with the op in force for a gear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AckState {
+    Draining,
+    Drained,
+    Active,
+}
+
+/// A balancer's acknowledgment of a gear's op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    pub epoch: String,
+    pub state: AckState,
+    /// Requests and tunnels to the gear still open on this balancer.
+    pub inflight: u64,
+    /// Requests and tunnels cut at the deadline.
+    pub forced: u64,
+}
+
+/// Hybrid logical clock: wall-clock microseconds, never going backwards and always
+/// past every timestamp seen.
+#[derive(Debug, Default)]
+pub struct Hlc {
+    last: AtomicU64,
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Hlc {
+    pub fn now(&self) -> u64 {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let mut last = self.last.load(Ordering::Relaxed);
+        loop {
+            let next = wall.max(last + 1);
+            match self
+                .last
+                .compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    pub fn observe(&self, ts: u64) {
+        self.last.fetch_max(ts, Ordering::Relaxed);
+    }
+}
+
+/// This balancer's rotation register and drain state.
+pub struct Rotations {
+    ops: Mutex<BTreeMap<String, RotationOp>>,
+    acks: Mutex<BTreeMap<String, Ack>>,
+    /// Forced counts by epoch.
+    forced: Mutex<HashMap<String, u64>>,
+    pub hlc: Hlc,
+    changed: watch::Sender<u64>,
+}
+
+impl Rotations {
+    /// Start from the persisted ops.
+    pub fn new(saved: Vec<RotationOp>) -> Self {
+        let hlc = Hlc::default();
+        for op in &saved {
+            hlc.observe(op.ts);
+        }
+        Rotations {
+            ops: Mutex::new(merge(&saved)),
+            acks: Mutex::new(BTreeMap::new()),
+            forced: Mutex::new(HashMap::new()),
+            hlc,
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    /// The ops in force, by gear.
+    pub fn ops(&self) -> BTreeMap<String, RotationOp> {
+        self.ops.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// This balancer's own acknowledgments, by gear.
+    pub fn acks(&self) -> BTreeMap<String, Ack> {
+        self.acks.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// Take a new op (from a command). Returns it stamped.
+    pub fn submit(&self, gear: &str, op: Op, by: &str, timeout: Duration) -> RotationOp {
+        let op = RotationOp {
+            gear: gear.to_string(),
+            op,
+            ts: self.hlc.now(),
+            by: by.to_string(),
+            deadline_ms: match op {
+                Op::Out => unix_ms() + timeout.as_millis() as u64,
+                Op::In => 0,
+            },
+        };
+        if let Ok(mut ops) = self.ops.lock() {
+            ops.insert(op.gear.clone(), op.clone());
+        }
+        self.changed.send_modify(|g| *g += 1);
+        op
+    }
+
+    /// Notified when an op is submitted or learnt.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Merge ops learnt from peers; true when the ops in force changed.
+    fn learn(&self, remote: &[RotationOp]) -> bool {
+        for op in remote {
+            self.hlc.observe(op.ts);
+        }
+        let Ok(mut ops) = self.ops.lock() else {
+            return false;
+        };
+        let merged = merge(ops.values().chain(remote.iter()));
+        if merged != *ops {
+            *ops = merged;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Keep the local drain state in step with the ops in force until `stop`. `persist`
+/// is called with the ops whenever they change.
+pub async fn run(
+    rotations: Arc<Rotations>,
+    router: Arc<Router>,
+    cluster: Option<Arc<Cluster>>,
+    persist: impl Fn(Vec<RotationOp>) + Send + 'static,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut local = rotations.subscribe();
+    let mut views = cluster.as_ref().map(|c| c.subscribe());
+    let mut published_ops: BTreeMap<String, RotationOp> = BTreeMap::new();
+    let mut published_acks: BTreeMap<String, Ack> = BTreeMap::new();
+    let mut last_persisted: Option<BTreeMap<String, RotationOp>> = None;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+            _ = local.changed() => {}
+            _ = async {
+                match views.as_mut() {
+                    Some(v) => { let _ = v.changed().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+        if let Some(c) = &cluster {
+            rotations.learn(&c.view().rotations);
+        }
+        let ops = rotations.ops();
+        if last_persisted.as_ref() != Some(&ops) {
+            persist(ops.values().cloned().collect());
+            last_persisted = Some(ops.clone());
+        }
+        router.set_rotated_out(
+            ops.values()
+                .filter(|o| o.op == Op::Out)
+                .map(|o| o.gear.clone())
+                .collect::<HashSet<_>>(),
+        );
+
+        let now = unix_ms();
+        let mut acks = BTreeMap::new();
+        for (gear, op) in &ops {
+            let ack = apply(&rotations, &router, gear, op, now);
+            acks.insert(gear.clone(), ack);
+        }
+        if let Ok(mut a) = rotations.acks.lock() {
+            *a = acks.clone();
+        }
+
+        if let Some(c) = &cluster {
+            for (gear, op) in &ops {
+                if published_ops.get(gear) != Some(op) {
+                    if let Ok(v) = serde_json::to_string(op) {
+                        c.publish(&format!("rot:{gear}"), v).await;
+                    }
+                }
+            }
+            for (gear, ack) in &acks {
+                if published_acks.get(gear) != Some(ack) {
+                    if let Ok(v) = serde_json::to_string(ack) {
+                        c.publish(&format!("ack:{gear}"), v).await;
+                    }
+                }
+            }
+            if published_ops != ops || published_acks != acks {
+                c.push_now();
+            }
+        }
+        published_ops = ops;
+        published_acks = acks;
+    }
+}
+
+/// Bring one gear in line with its op; returns this balancer's acknowledgment.
+fn apply(rotations: &Rotations, router: &Router, gear: &str, op: &RotationOp, now_ms: u64) -> Ack {
+    let epoch = op.epoch();
+    let table = router.snapshot();
+    let entry = table.entries().iter().find(|e| e.backend.sticky == gear);
+    let forced_before = rotations
+        .forced
+        .lock()
+        .ok()
+        .and_then(|f| f.get(&epoch).copied());
+    match op.op {
+        Op::In => {
+            if let Some(e) = entry {
+                if e.admin != Admin::Active {
+                    e.backend.pool.reopen();
+                    router.set_admin_of(gear, Admin::Active);
+                    info!(gear, by = %op.by, "gear rotated in");
+                }
+            }
+            Ack {
+                epoch,
+                state: AckState::Active,
+                inflight: 0,
+                forced: 0,
+            }
+        }
+        Op::Out => {
+            let Some(e) = entry else {
+                // Not one of our backends: nothing can be in flight to it from here.
+                return Ack {
+                    epoch,
+                    state: AckState::Drained,
+                    inflight: 0,
+                    forced: forced_before.unwrap_or(0),
+                };
+            };
+            let b = &e.backend;
+            if e.admin == Admin::Active {
+                router.set_admin_of(gear, Admin::Draining);
+                b.pool.close();
+                info!(gear, by = %op.by, "gear draining (rotate-out)");
+            }
+            let inflight = b.outstanding() + b.tunnels.load(Ordering::Relaxed);
+            let open = b.pool.open_connections();
+            let mut forced = forced_before.unwrap_or(0);
+            if (inflight > 0 || open > 0) && now_ms >= op.deadline_ms && forced_before.is_none() {
+                // Cut once per op; remembered even when only idle connections were left.
+                forced = inflight;
+                warn!(gear, cut = inflight, "drain deadline: closing what is left");
+                b.pool.force_close();
+                if let Ok(mut f) = rotations.forced.lock() {
+                    f.insert(epoch.clone(), forced);
+                }
+            }
+            let drained = inflight == 0 && open == 0;
+            if drained && e.admin != Admin::Drained {
+                router.set_admin_of(gear, Admin::Drained);
+                info!(gear, "gear drained");
+            }
+            Ack {
+                epoch,
+                state: if drained {
+                    AckState::Drained
+                } else {
+                    AckState::Draining
+                },
+                inflight,
+                forced,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routing::{BackendSpec, BackendState};
+
+    fn op(gear: &str, op: Op, ts: u64, by: &str) -> RotationOp {
+        RotationOp {
+            gear: gear.into(),
+            op,
+            ts,
+            by: by.into(),
+            deadline_ms: 0,
+        }
+    }
+
+    #[test]
+    fn latest_op_wins_ties_by_node_id() {
+        let a = op("g1", Op::Out, 10, "lb1");
+        let b = op("g1", Op::In, 11, "lb2");
+        let c = op("g2", Op::Out, 5, "lb1");
+        let d = op("g2", Op::In, 5, "lb2");
+        // Any order, same result: a commutative, idempotent merge.
+        for ops in [
+            vec![&a, &b, &c, &d],
+            vec![&d, &c, &b, &a],
+            vec![&b, &a, &a, &d, &c],
+        ] {
+            let m = merge(ops);
+            assert_eq!(m["g1"], b);
+            assert_eq!(m["g2"], d, "same timestamp: the higher node id wins");
+        }
+    }
+
+    #[test]
+    fn hlc_is_monotonic_and_passes_observed_times() {
+        let h = Hlc::default();
+        let a = h.now();
+        let b = h.now();
+        assert!(b > a);
+        h.observe(b + 10_000_000_000);
+        assert!(h.now() > b + 10_000_000_000);
+    }
+
+    #[test]
+    fn learning_keeps_the_latest() {
+        let r = Rotations::new(vec![op("g1", Op::Out, 10, "lb1")]);
+        assert!(!r.learn(&[op("g1", Op::In, 9, "lb2")]), "older op ignored");
+        assert!(r.learn(&[op("g1", Op::In, 12, "lb2")]));
+        assert_eq!(r.ops()["g1"].op, Op::In);
+        assert!(r.hlc.now() > 12);
+    }
+
+    fn router_with(gear: &str) -> Arc<Router> {
+        let r = Arc::new(Router::new(2));
+        r.replace_backends(vec![BackendSpec {
+            name: format!("gear-{gear}"),
+            addr: "127.0.0.1:1".parse().unwrap(),
+            gear_dns: Some(format!("{gear}.example.com")),
+            cookie: None,
+        }]);
+        r
+    }
+
+    #[test]
+    fn drain_waits_for_in_flight_then_acks_drained() {
+        let router = router_with("web1-ns");
+        let rot = Rotations::new(vec![]);
+        let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(60));
+        let backend = router.load().entries()[0].backend.clone();
+        backend.stats.request_started();
+        let ack = apply(&rot, &router, "web1-ns", &o, unix_ms());
+        assert_eq!(ack.state, AckState::Draining);
+        assert_eq!(ack.inflight, 1);
+        assert_eq!(router.load().entries()[0].state(), BackendState::Draining);
+        assert!(router.load().select().is_none(), "no new requests");
+        backend.stats.request_finished();
+        let ack = apply(&rot, &router, "web1-ns", &o, unix_ms());
+        assert_eq!(ack.state, AckState::Drained);
+        assert_eq!(ack.epoch, o.epoch());
+        assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
+    }
+
+    #[test]
+    fn deadline_cuts_and_counts() {
+        let router = router_with("web1-ns");
+        let rot = Rotations::new(vec![]);
+        let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(1));
+        let backend = router.load().entries()[0].backend.clone();
+        backend.tunnels.fetch_add(1, Ordering::Relaxed);
+        let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 1);
+        assert_eq!(ack.forced, 1);
+        assert!(backend.pool.kill_token().is_cancelled());
+        backend.tunnels.fetch_sub(1, Ordering::Relaxed);
+        let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 2);
+        assert_eq!((ack.state, ack.forced), (AckState::Drained, 1));
+    }
+
+    #[test]
+    fn rotate_in_restores_and_rotated_gears_stay_out_on_update_cluster() {
+        let router = router_with("web1-ns");
+        let rot = Rotations::new(vec![]);
+        let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(60));
+        apply(&rot, &router, "web1-ns", &o, unix_ms());
+        router.set_rotated_out(["web1-ns".to_string()].into_iter().collect());
+        // update-cluster re-creating the gear (new address) keeps it out.
+        router.replace_backends(vec![BackendSpec {
+            name: "gear-web1-ns".into(),
+            addr: "127.0.0.1:2".parse().unwrap(),
+            gear_dns: Some("web1-ns.example.com".into()),
+            cookie: None,
+        }]);
+        assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
+        let i = rot.submit("web1-ns", Op::In, "lb2", Duration::ZERO);
+        let ack = apply(&rot, &router, "web1-ns", &i, unix_ms());
+        assert_eq!(ack.state, AckState::Active);
+        assert_eq!(router.load().entries()[0].state(), BackendState::Up);
+        assert!(!router.load().entries()[0].backend.pool.is_closed());
+    }
+}
