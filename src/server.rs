@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
@@ -28,7 +29,7 @@ use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
 use crate::routing::{Backend, BackendSpec, Change, Router};
 use crate::state::{PersistedState, StateStore, FORMAT};
-use crate::stats::{self, FrontendReport, FrontendStats, ListenReport, StatusReport};
+use crate::stats::{self, FrontendReport, FrontendStats, HealthReport, ListenReport, StatusReport};
 use crate::status::StatusSource;
 
 /// Exit code of `update-cluster` when some entries were invalid (as the old cartridge).
@@ -46,6 +47,8 @@ pub struct App {
     started: Instant,
     listen: ListenReport,
     gear_uuid: Option<String>,
+    gear_dns: Option<String>,
+    metrics: crate::metrics::Metrics,
     /// The configuration in force; also serialises control-plane operations.
     config: tokio::sync::Mutex<Config>,
 }
@@ -118,6 +121,9 @@ impl Server {
             },
             "backends loaded"
         );
+        for name in &change.added {
+            info!(backend = %name, "backend added");
+        }
         if !from_state {
             let st = PersistedState {
                 format: FORMAT,
@@ -130,6 +136,11 @@ impl Server {
         }
 
         let frontend = Arc::new(FrontendStats::default());
+        frontend
+            .connections_limit
+            .store(cfg.limits.max_connections as u64, Ordering::Relaxed);
+        let metrics =
+            crate::metrics::Metrics::new(router.clone(), frontend.clone(), stats::unix_now());
         let (eject_tx, eject_rx) = mpsc::unbounded_channel();
         let stopping = CancellationToken::new();
         let proxy = Arc::new(ProxyCtx::new(
@@ -158,6 +169,8 @@ impl Server {
             started: Instant::now(),
             listen,
             gear_uuid: cfg.gear.uuid.clone(),
+            gear_dns: cfg.gear.dns.clone(),
+            metrics,
             config: tokio::sync::Mutex::new(cfg),
         });
         Ok(Server {
@@ -204,6 +217,11 @@ impl Server {
                 stop.clone(),
             ))
         });
+        let sampler = tokio::spawn(stats::sampler::run(
+            app.router.clone(),
+            app.frontend.clone(),
+            stop.clone(),
+        ));
         info!(proxy = %app.listen.proxy, status = %app.listen.status, "gearlb serving");
         let proxy_task = tokio::spawn(proxy::serve(
             self.proxy_listener,
@@ -233,6 +251,7 @@ impl Server {
         let _ = proxy_task.await;
         let _ = status_task.await;
         let _ = control_task.await;
+        let _ = sampler.await;
         tracker.close();
         let grace = app.config.lock().await.timeouts.shutdown_grace;
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -257,6 +276,10 @@ impl App {
             listen: self.listen.clone(),
             frontend: FrontendReport::read(&self.frontend),
             backends: stats::backend_reports(&self.router.snapshot()),
+            gear_dns: self.gear_dns.clone(),
+            health: Some(HealthReport::from_settings(&self.health.load())),
+            peers: Vec::new(),
+            rotations: Vec::new(),
         }
     }
 
@@ -352,7 +375,7 @@ impl App {
     /// Re-read the config file with `env`; apply what can change without a restart.
     pub async fn reload(&self, env: &dyn config::Env) -> Reply {
         let mut cfg = self.config.lock().await;
-        let new = match config::load(cfg.file.as_deref(), env) {
+        let mut new = match config::load(cfg.file.as_deref(), env) {
             Ok(c) => c,
             Err(ConfigErrors(problems)) => {
                 let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
@@ -372,6 +395,7 @@ impl App {
                 );
             }
         };
+        new.log.requests_forced = cfg.log.requests_forced;
         let mut notes = Vec::new();
         let restart_only = [
             ("listen", cfg.listen != new.listen),
@@ -493,5 +517,9 @@ impl StatusSource for App {
 
     fn healthy(&self) -> bool {
         self.router.load().selectable_count() > 0
+    }
+
+    fn metrics(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode()
     }
 }

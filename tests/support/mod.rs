@@ -387,9 +387,27 @@ impl Gearlb {
     }
 
     pub fn start_file(dir: &Path, config: &Path) -> Gearlb {
+        Self::start_file_with(dir, config, &[], &[])
+    }
+
+    /// As [`Gearlb::start`], with more `gearlb run` arguments and environment variables.
+    pub fn start_with(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Gearlb {
+        let path = dir.join("gearlb.toml");
+        std::fs::write(&path, config).unwrap();
+        Self::start_file_with(dir, &path, args, env)
+    }
+
+    pub fn start_file_with(
+        dir: &Path,
+        config: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Gearlb {
         let mut child = Command::new(bin())
             .args(["run", "--config"])
             .arg(config)
+            .args(args)
+            .envs(env.iter().copied())
             .current_dir(dir)
             .env("GEARLB_LOG", "info")
             .env_remove("RUST_LOG")
@@ -423,14 +441,16 @@ impl Gearlb {
                 panic!("gearlb did not start:\n{}", log.lock().unwrap().join("\n"));
             }
         };
+        // `key=value` in text logs, `"key":"value"` in JSON logs.
         let field = |key: &str| -> SocketAddr {
-            let start = line.find(&format!("{key}=")).unwrap() + key.len() + 1;
-            line[start..]
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap()
+            let (start, end) = match line.find(&format!("{key}=")) {
+                Some(i) => (i + key.len() + 1, " "),
+                None => (
+                    line.find(&format!("\"{key}\":\"")).unwrap() + key.len() + 4,
+                    "\"",
+                ),
+            };
+            line[start..].split(end).next().unwrap().parse().unwrap()
         };
         Gearlb {
             dir: dir.to_path_buf(),
