@@ -1,6 +1,7 @@
 //! The command line: `gearlb run | check | ctl …`, parsed with clap, mapped to exit codes.
 //!
-//! Owns argument parsing, logging set-up, the tokio runtime, signal handling for `run`
+//! Owns argument parsing, logging set-up (`--log-format text|json` on stdout,
+//! `--log-requests`), the tokio runtime, signal handling for `run`
 //! (SIGTERM/SIGINT: graceful stop, a second one stops at once; SIGHUP: reload), and how
 //! `ctl` finds the control socket (`--socket`, else the configuration's
 //! `control.socket`). Exit codes: 0 ok, 1 failure, 22 invalid `update-cluster` entries,
@@ -40,6 +41,12 @@ pub enum Command {
         /// Configuration file (default: $GEARLB_CONFIG, else built-in defaults + environment).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Log line format on stdout.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// Log one line per request at info level (as `[log] requests = true`).
+        #[arg(long)]
+        log_requests: bool,
     },
     /// Validate the configuration; exit 64 listing every problem.
     Check {
@@ -57,6 +64,15 @@ pub enum Command {
         #[command(subcommand)]
         command: CtlCommand,
     },
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`).
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -122,7 +138,11 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run { config } => run(config.as_deref()),
+        Command::Run {
+            config,
+            log_format,
+            log_requests,
+        } => run(config.as_deref(), log_format, log_requests),
         Command::Check { config } => check(config.as_deref()),
         Command::Ctl {
             socket,
@@ -132,15 +152,19 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GEARLB_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stdout)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .try_init();
+        .with_writer(std::io::stdout);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
 }
 
 fn load_config(flag: Option<&Path>) -> Result<config::Config, i32> {
@@ -172,12 +196,13 @@ fn check(flag: Option<&Path>) -> i32 {
     0
 }
 
-fn run(flag: Option<&Path>) -> i32 {
-    init_logging();
-    let cfg = match load_config(flag) {
+fn run(flag: Option<&Path>, log_format: LogFormat, log_requests: bool) -> i32 {
+    init_logging(log_format);
+    let mut cfg = match load_config(flag) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    cfg.log.requests_forced = log_requests;
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         warn!(error = %e, "could not raise the open-files limit");
     }

@@ -57,6 +57,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub limits: Limits,
     pub proxy: ProxyConfig,
+    pub log: LogConfig,
     pub health: HealthConfig,
     pub sticky: StickyConfig,
     pub cluster: ClusterConfig,
@@ -139,6 +140,16 @@ pub struct ProxyConfig {
     /// Further backends tried when one cannot be reached (every request), or fails
     /// before answering an idempotent request without a body. Default 3.
     pub retries: u32,
+}
+
+/// Logging (`[log]`); the format is chosen on the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogConfig {
+    /// One info line per request: method, path, status, backend, ms, client. Default false.
+    pub requests: bool,
+    /// Set by `gearlb run --log-requests`: request lines whatever the file says; not read
+    /// from the file and kept across reloads.
+    pub requests_forced: bool,
 }
 
 /// Active health checks (and passive ejection on real traffic).
@@ -275,6 +286,7 @@ impl Default for Config {
                 h2c: true,
                 retries: 3,
             },
+            log: LogConfig::default(),
             health: HealthConfig {
                 enabled: true,
                 uri: "/".into(),
@@ -383,8 +395,8 @@ pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
 }
 
 const SECTIONS: &[&str] = &[
-    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "health",
-    "sticky", "cluster", "subset", "rotate",
+    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "log",
+    "health", "sticky", "cluster", "subset", "rotate",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -467,6 +479,11 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     cfg.proxy.trust_forwarded = r.bool("trust_forwarded", cfg.proxy.trust_forwarded);
     cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
     cfg.proxy.retries = r.uint("retries", cfg.proxy.retries as u64, 0, 16) as u32;
+    r.finish();
+
+    let t = section("log", problems);
+    let mut r = Reader::new(&t, "log", problems);
+    cfg.log.requests = r.bool("requests", cfg.log.requests);
     r.finish();
 
     let t = section("health", problems);

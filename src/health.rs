@@ -266,6 +266,7 @@ pub async fn run<C: Checker>(
                 let ok = report.ok;
                 let result = report.result.clone();
                 backend.last_check.store(Some(Arc::new(report)));
+                backend.stats.check_result(ok);
                 if let Some(w) = watched.get_mut(&key(&backend)) {
                     if ok {
                         backend.passive_failures.store(0, Ordering::Relaxed);
@@ -274,10 +275,12 @@ pub async fn run<C: Checker>(
                         Some(Transition::Down) => {
                             warn!(backend = %backend.name(), check = %result, "backend DOWN: {} failed checks", s.fall);
                             router.set_health(&w.backend, false);
+                            backend.stats.health_changed(false);
                         }
                         Some(Transition::Up) => {
                             info!(backend = %backend.name(), "backend UP: {} successful checks", s.rise);
                             router.set_health(&w.backend, true);
+                            backend.stats.health_changed(true);
                         }
                         None => debug!(backend = %backend.name(), check = %result, ok, "health check"),
                     }
@@ -289,6 +292,7 @@ pub async fn run<C: Checker>(
                     if w.machine.eject() == Some(Transition::Down) {
                         warn!(backend = %backend.name(), "backend DOWN: failures on live traffic; back when checks pass");
                         router.set_health(&w.backend, false);
+                        backend.stats.health_changed(false);
                     }
                 }
             }

@@ -16,7 +16,9 @@
 //!   and acknowledgments.
 //! - [`control`]: the unix-socket control API used by `gearlb ctl`.
 //! - [`state`]: the persisted backend set, written atomically.
-//! - [`stats`]: counters and the status report; [`status`]: the status listener.
+//! - [`stats`]: counters and the status report ([`stats::latency`] response times,
+//!   [`stats::sampler`] rates); [`status`]: the status listener (HTML page, HAProxy
+//!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
 //! - [`cli`]: the command line.
 //!
@@ -31,6 +33,7 @@ pub mod config;
 pub mod control;
 pub mod gear;
 pub mod health;
+pub mod metrics;
 pub mod proxy;
 pub mod rotation;
 pub mod routing;

@@ -32,7 +32,7 @@ use crate::proxy::{self, ProxyCtx, Settings};
 use crate::rotation::{self, AckState, Op, Rotations};
 use crate::routing::{Backend, BackendSpec, Change, Router};
 use crate::state::{PersistedState, StateStore, FORMAT};
-use crate::stats::{self, FrontendReport, FrontendStats, ListenReport, StatusReport};
+use crate::stats::{self, FrontendReport, FrontendStats, HealthReport, ListenReport, StatusReport};
 use crate::status::StatusSource;
 
 /// Exit code of `update-cluster` when some entries were invalid (as the old cartridge).
@@ -58,6 +58,8 @@ pub struct App {
     rotations: Arc<Rotations>,
     /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
     fingerprint: Mutex<String>,
+    gear_dns: Option<String>,
+    metrics: crate::metrics::Metrics,
     /// The configuration in force; also serialises control-plane operations.
     config: tokio::sync::Mutex<Config>,
 }
@@ -166,6 +168,9 @@ impl Server {
             },
             "backends loaded"
         );
+        for name in &change.added {
+            info!(backend = %name, "backend added");
+        }
         if !from_state {
             let st = PersistedState {
                 format: FORMAT,
@@ -180,6 +185,11 @@ impl Server {
         }
 
         let frontend = Arc::new(FrontendStats::default());
+        frontend
+            .connections_limit
+            .store(cfg.limits.max_connections as u64, Ordering::Relaxed);
+        let metrics =
+            crate::metrics::Metrics::new(router.clone(), frontend.clone(), stats::unix_now());
         let (eject_tx, eject_rx) = mpsc::unbounded_channel();
         let stopping = CancellationToken::new();
         let proxy = Arc::new(ProxyCtx::new(
@@ -219,6 +229,8 @@ impl Server {
             namespace: cfg.gear.namespace.clone(),
             rotations,
             fingerprint: Mutex::new(fingerprint),
+            gear_dns: cfg.gear.dns.clone(),
+            metrics,
             config: tokio::sync::Mutex::new(cfg),
         });
         Ok(Server {
@@ -265,6 +277,11 @@ impl Server {
                 stop.clone(),
             ))
         });
+        let sampler = tokio::spawn(stats::sampler::run(
+            app.router.clone(),
+            app.frontend.clone(),
+            stop.clone(),
+        ));
         let gossip = app
             .cluster
             .as_ref()
@@ -330,6 +347,7 @@ impl Server {
         let _ = proxy_task.await;
         let _ = status_task.await;
         let _ = control_task.await;
+        let _ = sampler.await;
         tracker.close();
         let grace = app.config.lock().await.timeouts.shutdown_grace;
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -354,7 +372,86 @@ impl App {
             listen: self.listen.clone(),
             frontend: FrontendReport::read(&self.frontend),
             backends: stats::backend_reports(&self.router.snapshot()),
+            gear_dns: self.gear_dns.clone(),
+            health: Some(HealthReport::from_settings(&self.health.load())),
+            peers: self.peer_reports(),
+            rotations: self.rotation_reports(),
         }
+    }
+
+    fn peer_reports(&self) -> Vec<stats::PeerReport> {
+        self.cluster_view()
+            .peers
+            .iter()
+            .map(|p| stats::PeerReport {
+                name: p
+                    .name
+                    .clone()
+                    .or_else(|| p.id.clone())
+                    .unwrap_or_else(|| p.addr.clone()),
+                addr: p.addr.clone(),
+                state: if p.live {
+                    "alive"
+                } else if p.known {
+                    "dead"
+                } else {
+                    "unknown"
+                }
+                .into(),
+                last_seen_secs: None,
+                sessions: p.load.as_ref().map(|l| l.sessions),
+            })
+            .collect()
+    }
+
+    /// Rotate-outs in force, and rotate-ins of the last five minutes.
+    fn rotation_reports(&self) -> Vec<stats::RotationReport> {
+        let view = self.cluster_view();
+        let own = self.rotations.acks();
+        let now_us = rotation::unix_ms() * 1000;
+        self.rotations
+            .ops()
+            .values()
+            .filter(|o| o.op == Op::Out || now_us.saturating_sub(o.ts) < 300_000_000)
+            .map(|o| {
+                let epoch = o.epoch();
+                let done = match o.op {
+                    Op::Out => AckState::Drained,
+                    Op::In => AckState::Active,
+                };
+                let mut total = 1;
+                let mut finished = u32::from(
+                    own.get(&o.gear)
+                        .is_some_and(|a| a.epoch == epoch && a.state == done),
+                );
+                for p in view.peers.iter().filter(|p| p.live) {
+                    total += 1;
+                    let acked =
+                        p.id.as_ref()
+                            .and_then(|id| view.acks.get(id))
+                            .and_then(|m| m.get(&o.gear))
+                            .is_some_and(|a| a.epoch == epoch && a.state == done);
+                    finished += u32::from(acked);
+                }
+                let state = match (o.op, finished == total) {
+                    (Op::Out, true) => "drained",
+                    (Op::Out, false) => "draining",
+                    (Op::In, true) => "active",
+                    (Op::In, false) => "waiting for peers",
+                };
+                stats::RotationReport {
+                    backend: format!("gear-{}", o.gear),
+                    action: match o.op {
+                        Op::Out => "out".into(),
+                        Op::In => "in".into(),
+                    },
+                    state: state.into(),
+                    age_secs: now_us.saturating_sub(o.ts) / 1_000_000,
+                    balancers_done: finished,
+                    balancers_total: total,
+                }
+            })
+            .collect()
     }
 
     /// Save the state file: backends, peers, rotations.
@@ -744,7 +841,7 @@ impl App {
     /// Re-read the config file with `env`; apply what can change without a restart.
     pub async fn reload(&self, env: &dyn config::Env) -> Reply {
         let mut cfg = self.config.lock().await;
-        let new = match config::load(cfg.file.as_deref(), env) {
+        let mut new = match config::load(cfg.file.as_deref(), env) {
             Ok(c) => c,
             Err(ConfigErrors(problems)) => {
                 let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
@@ -764,6 +861,7 @@ impl App {
                 );
             }
         };
+        new.log.requests_forced = cfg.log.requests_forced;
         let mut notes = Vec::new();
         let restart_only = [
             ("listen", cfg.listen != new.listen),
@@ -943,5 +1041,9 @@ impl StatusSource for App {
 
     fn healthy(&self) -> bool {
         self.router.load().selectable_count() > 0
+    }
+
+    fn metrics(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode()
     }
 }

@@ -2,18 +2,45 @@
 //!
 //! Owns the per-frontend and per-backend counters (plain relaxed atomics, bumped on the
 //! request path without locks) and [`StatusReport`], the one shape in which status leaves
-//! the process: `/gearlb-status.json` on the status listener and `gearlb ctl status`.
-//! Field names in the report are a public interface: add, don't rename.
+//! the process: `/gearlb-status.json` on the status listener and `gearlb ctl status`, and
+//! the source of the HTML page and the HAProxy CSV. Field names in the report are a
+//! public interface: add (with `#[serde(default)]`), don't rename.
+//!
+//! [`latency`] holds the lock-free response-time histogram and ring; [`sampler`] the
+//! once-a-second task that derives rates and ring points from the counters.
+
+pub mod latency;
+pub mod sampler;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::routing::{BackendState, CheckReport, RoutingTable};
+use latency::{Histogram, Recent, RECENT_INTERVAL_SECS};
+pub use sampler::Rate;
 
 /// Index of a status code's class (1xx → 0 … 5xx → 4).
 fn class_index(status: u16) -> usize {
     (status / 100).clamp(1, 5) as usize - 1
+}
+
+/// Unix time, seconds.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Bytes moved on some connections (headers, bodies and tunnelled bytes alike), counted
+/// by the socket wrapper [`crate::proxy::io::Counted`].
+#[derive(Debug, Default)]
+pub struct Traffic {
+    pub received: AtomicU64,
+    pub sent: AtomicU64,
 }
 
 /// Counters of the client side.
@@ -31,6 +58,16 @@ pub struct FrontendStats {
     pub responses: [AtomicU64; 5],
     /// Requests answered by the balancer itself because no backend was available (503).
     pub no_backend: AtomicU64,
+    /// `limits.max_connections` (HAProxy `slim`), set once at start.
+    pub connections_limit: AtomicU64,
+    /// Most requests in flight at once.
+    pub requests_max: AtomicU64,
+    /// Bytes read from and written to client connections.
+    pub traffic: Arc<Traffic>,
+    /// New connections per second (sampled).
+    pub connection_rate: Rate,
+    /// New requests per second (sampled).
+    pub request_rate: Rate,
 }
 
 impl FrontendStats {
@@ -44,13 +81,23 @@ impl FrontendStats {
         self.connections_current.fetch_sub(1, Ordering::Relaxed);
     }
 
+    pub fn request_started(&self) {
+        self.requests_total.fetch_add(1, Ordering::Relaxed);
+        let now = self.requests_current.fetch_add(1, Ordering::Relaxed) + 1;
+        // Load first: the maximum rarely moves, a write on every request would bounce
+        // the cache line.
+        if now > self.requests_max.load(Ordering::Relaxed) {
+            self.requests_max.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
     pub fn response(&self, status: u16) {
         self.responses[class_index(status)].fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Counters of one backend.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BackendStats {
     /// Requests sent and not yet fully answered (HAProxy `scur`).
     pub outstanding: AtomicU64,
@@ -65,6 +112,47 @@ pub struct BackendStats {
     pub timeouts: AtomicU64,
     pub responses: [AtomicU64; 5],
     pub connections_opened: AtomicU64,
+    /// Requests that left this backend for another one after it failed them (HAProxy
+    /// `wredis`).
+    pub redispatches: AtomicU64,
+    /// Time to the response head.
+    pub latency: Histogram,
+    /// Recent mean time to the response head (sampled).
+    pub recent: Recent,
+    /// Requests per second (sampled).
+    pub rate: Rate,
+    pub checks_ok: AtomicU64,
+    pub checks_failed: AtomicU64,
+    /// Up → down transitions (HAProxy `chkdown`).
+    pub went_down: AtomicU64,
+    /// Unix time of the last up/down transition, else of the backend's creation.
+    pub last_change: AtomicU64,
+    /// Seconds spent down, not counting the current down period (HAProxy `downtime`).
+    pub downtime_before: AtomicU64,
+}
+
+impl Default for BackendStats {
+    fn default() -> Self {
+        BackendStats {
+            outstanding: AtomicU64::new(0),
+            outstanding_max: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            connect_errors: AtomicU64::new(0),
+            response_errors: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            responses: Default::default(),
+            connections_opened: AtomicU64::new(0),
+            redispatches: AtomicU64::new(0),
+            latency: Histogram::default(),
+            recent: Recent::default(),
+            rate: Rate::default(),
+            checks_ok: AtomicU64::new(0),
+            checks_failed: AtomicU64::new(0),
+            went_down: AtomicU64::new(0),
+            last_change: AtomicU64::new(unix_now()),
+            downtime_before: AtomicU64::new(0),
+        }
+    }
 }
 
 impl BackendStats {
@@ -86,6 +174,33 @@ impl BackendStats {
         self.connect_errors.load(Ordering::Relaxed)
             + self.response_errors.load(Ordering::Relaxed)
             + self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// A response head arrived `d` after the request was handed to this backend.
+    pub fn response_head(&self, d: Duration) {
+        self.latency.observe(d);
+    }
+
+    /// An active health check's result (health supervisor only).
+    pub fn check_result(&self, ok: bool) {
+        let c = if ok {
+            &self.checks_ok
+        } else {
+            &self.checks_failed
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The backend's health changed (health supervisor only).
+    pub fn health_changed(&self, up: bool) {
+        let now = unix_now();
+        let since = self.last_change.swap(now, Ordering::Relaxed);
+        if up {
+            self.downtime_before
+                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+        } else {
+            self.went_down.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -128,6 +243,79 @@ pub struct StatusReport {
     pub listen: ListenReport,
     pub frontend: FrontendReport,
     pub backends: Vec<BackendReport>,
+    /// Gear DNS name in cartridge mode, else `null`.
+    #[serde(default)]
+    pub gear_dns: Option<String>,
+    /// Health-check settings in force.
+    #[serde(default)]
+    pub health: Option<HealthReport>,
+    /// The application's other balancers as this one sees them (empty until the
+    /// cluster work fills it).
+    #[serde(default)]
+    pub peers: Vec<PeerReport>,
+    /// Rotations (gears taken out of or put back into rotation) in progress (empty until
+    /// the rotation work fills it).
+    #[serde(default)]
+    pub rotations: Vec<RotationReport>,
+}
+
+/// Health-check settings (`[health]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReport {
+    pub enabled: bool,
+    pub uri: String,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub fall: u32,
+    pub rise: u32,
+}
+
+impl HealthReport {
+    pub fn from_settings(s: &crate::health::HealthSettings) -> Self {
+        HealthReport {
+            enabled: s.enabled,
+            uri: s.uri.clone(),
+            interval_ms: s.interval.as_millis() as u64,
+            timeout_ms: s.timeout.as_millis() as u64,
+            fall: s.fall,
+            rise: s.rise,
+        }
+    }
+}
+
+/// Another balancer of the same application.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Its gear name (or uuid).
+    pub name: String,
+    /// Where it is reached.
+    pub addr: String,
+    /// As this balancer sees it, e.g. `alive`, `suspect`, `dead`.
+    pub state: String,
+    /// Seconds since it was last heard from.
+    #[serde(default)]
+    pub last_seen_secs: Option<u64>,
+    /// Its current sessions (requests in flight), when known.
+    #[serde(default)]
+    pub sessions: Option<u64>,
+}
+
+/// A gear being taken out of (or put back into) rotation on every balancer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RotationReport {
+    /// Server name of the gear.
+    pub backend: String,
+    /// `out` or `in`.
+    pub action: String,
+    /// Where it stands, e.g. `draining`, `waiting for peers`, `done`.
+    pub state: String,
+    /// Seconds since it started.
+    pub age_secs: u64,
+    /// Balancers that have completed their part, of all involved.
+    #[serde(default)]
+    pub balancers_done: u32,
+    #[serde(default)]
+    pub balancers_total: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,9 +335,31 @@ pub struct FrontendReport {
     pub requests_total: u64,
     pub responses: ByClass,
     pub no_backend: u64,
+    /// `limits.max_connections`.
+    #[serde(default)]
+    pub connections_limit: u64,
+    /// Most requests in flight at once since start.
+    #[serde(default)]
+    pub requests_max: u64,
+    /// Bytes read from clients (headers, bodies, tunnels).
+    #[serde(default)]
+    pub bytes_received: u64,
+    /// Bytes written to clients.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// New connections per second over the last second, and the highest such rate.
+    #[serde(default)]
+    pub connection_rate: u64,
+    #[serde(default)]
+    pub connection_rate_max: u64,
+    /// New requests per second over the last second, and the highest such rate.
+    #[serde(default)]
+    pub request_rate: u64,
+    #[serde(default)]
+    pub request_rate_max: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackendReport {
     pub name: String,
     pub addr: String,
@@ -172,6 +382,57 @@ pub struct BackendReport {
     pub responses: ByClass,
     pub connections_open: u64,
     pub connections_idle: u64,
+    /// Sticky cookie value naming this backend.
+    #[serde(default)]
+    pub cookie: String,
+    /// Requests per second over the last second, and the highest such rate.
+    #[serde(default)]
+    pub request_rate: u64,
+    #[serde(default)]
+    pub request_rate_max: u64,
+    /// Requests moved to another backend after this one failed them.
+    #[serde(default)]
+    pub redispatches: u64,
+    /// Bytes written to and read from this backend's connections.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_received: u64,
+    /// Active health checks passed and failed.
+    #[serde(default)]
+    pub checks_ok: u64,
+    #[serde(default)]
+    pub checks_failed: u64,
+    /// Up → down transitions.
+    #[serde(default)]
+    pub down_transitions: u64,
+    /// Seconds since the last up/down transition (or since the backend was added).
+    #[serde(default)]
+    pub last_change_secs: u64,
+    /// Seconds spent down in total.
+    #[serde(default)]
+    pub downtime_secs: u64,
+    /// Time to the response head.
+    #[serde(default)]
+    pub response_time: ResponseTimeReport,
+}
+
+/// Time from handing a request to a backend to its response head.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResponseTimeReport {
+    /// Responses measured since the backend was added.
+    pub responses: u64,
+    /// Mean over all of them, milliseconds.
+    pub mean_ms: Option<f64>,
+    /// Seconds covered by each point of `recent_ms`.
+    pub interval_secs: u64,
+    /// Mean per interval, oldest first, up to five minutes; `null` for an interval
+    /// without responses.
+    pub recent_ms: Vec<Option<f64>>,
+    /// Mean over the `recent_ms` window, weighted by responses.
+    pub recent_mean_ms: Option<f64>,
+    /// Responses in the `recent_ms` window.
+    pub recent_responses: u64,
 }
 
 impl FrontendReport {
@@ -187,12 +448,21 @@ impl FrontendReport {
             requests_total: r(&f.requests_total),
             responses: ByClass::read(&f.responses),
             no_backend: r(&f.no_backend),
+            connections_limit: r(&f.connections_limit),
+            requests_max: r(&f.requests_max),
+            bytes_received: r(&f.traffic.received),
+            bytes_sent: r(&f.traffic.sent),
+            connection_rate: f.connection_rate.current(),
+            connection_rate_max: f.connection_rate.max(),
+            request_rate: f.request_rate.current(),
+            request_rate_max: f.request_rate.max(),
         }
     }
 }
 
 /// One report row per backend of a snapshot.
 pub fn backend_reports(table: &RoutingTable) -> Vec<BackendReport> {
+    let now = unix_now();
     table
         .entries()
         .iter()
@@ -200,6 +470,10 @@ pub fn backend_reports(table: &RoutingTable) -> Vec<BackendReport> {
             let b = &e.backend;
             let s = &b.stats;
             let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            let since = now.saturating_sub(r(&s.last_change));
+            let hist = s.latency.snapshot();
+            let points = s.recent.points();
+            let responses = hist.count();
             BackendReport {
                 name: b.spec.name.clone(),
                 addr: b.spec.addr.to_string(),
@@ -218,6 +492,26 @@ pub fn backend_reports(table: &RoutingTable) -> Vec<BackendReport> {
                 responses: ByClass::read(&s.responses),
                 connections_open: b.pool.open_connections(),
                 connections_idle: b.pool.idle_connections() as u64,
+                cookie: b.sticky.clone(),
+                request_rate: s.rate.current(),
+                request_rate_max: s.rate.max(),
+                redispatches: r(&s.redispatches),
+                bytes_sent: r(&b.pool.traffic().sent),
+                bytes_received: r(&b.pool.traffic().received),
+                checks_ok: r(&s.checks_ok),
+                checks_failed: r(&s.checks_failed),
+                down_transitions: r(&s.went_down),
+                last_change_secs: since,
+                downtime_secs: r(&s.downtime_before) + if e.up { 0 } else { since },
+                response_time: ResponseTimeReport {
+                    responses,
+                    mean_ms: (responses > 0)
+                        .then(|| hist.sum_us as f64 / 1000.0 / responses as f64),
+                    interval_secs: RECENT_INTERVAL_SECS,
+                    recent_ms: points.iter().map(|p| p.mean_ms).collect(),
+                    recent_mean_ms: latency::window_mean_ms(&points),
+                    recent_responses: points.iter().map(|p| p.responses).sum(),
+                },
             }
         })
         .collect()

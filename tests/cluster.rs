@@ -309,12 +309,12 @@ async fn partitioned_balancers_see_each_other_dead_and_heal() {
         conf(db.path(), "lbB", ADDR_B, ADDR_A),
     )
     .unwrap();
-    let a = Gearlb::start_with(
+    let a = Gearlb::start_in(
         da.path(),
         &da.path().join("gearlb.toml"),
         &["ip", "netns", "exec", &net.a],
     );
-    let b = Gearlb::start_with(
+    let b = Gearlb::start_in(
         db.path(),
         &db.path().join("gearlb.toml"),
         &["ip", "netns", "exec", &net.b],

@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::health::EjectSender;
@@ -51,7 +51,7 @@ use crate::routing::{Backend, Router};
 use crate::stats::FrontendStats;
 pub use body::ProxyBody;
 use forward::ClientInfo;
-use io::{ActivityIo, Clock};
+use io::{ActivityIo, Clock, Counted};
 use upstream::{ReqBody, Sender};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
@@ -65,6 +65,8 @@ pub struct Settings {
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
+    /// One info line per request (`[log] requests`, `--log-requests`).
+    pub log_requests: bool,
 }
 
 impl Settings {
@@ -88,6 +90,7 @@ impl Settings {
             retries: c.proxy.retries,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
+            log_requests: c.log.requests || c.log.requests_forced,
         }
     }
 }
@@ -215,6 +218,7 @@ async fn serve_connection(
         waiting_upstream: AtomicU32::new(0),
         uploads: Arc::new(AtomicU32::new(0)),
     });
+    let stream = Counted::new(stream, ctx.stats.traffic.clone());
     let io = TokioIo::new(ActivityIo::new(stream, ctx.clock, last_io));
 
     let svc_ctx = ctx.clone();
@@ -282,8 +286,7 @@ struct FrontendRequest(Arc<ProxyCtx>);
 
 impl FrontendRequest {
     fn start(ctx: &Arc<ProxyCtx>) -> Self {
-        ctx.stats.requests_total.fetch_add(1, Ordering::Relaxed);
-        ctx.stats.requests_current.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.request_started();
         FrontendRequest(ctx.clone())
     }
 }
@@ -393,15 +396,13 @@ async fn handle(
     };
     let status = resp.status().as_u16();
     ctx.stats.response(status);
-    debug!(
-        client = %conn.client.peer,
-        %method,
-        path = %path,
-        status,
-        backend = %backend_name,
-        ms = started.elapsed().as_millis() as u64,
-        "request"
-    );
+    let ms = started.elapsed().as_millis() as u64;
+    let client = &conn.client.peer;
+    if ctx.settings.load().log_requests {
+        info!(%client, %method, %path, status, backend = %backend_name, ms, "request");
+    } else {
+        debug!(%client, %method, %path, status, backend = %backend_name, ms, "request");
+    }
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, body.with_frontend(frontend))
 }
@@ -501,8 +502,10 @@ async fn forward(
         };
         last_name = backend.spec.name.clone();
         let flight = InFlight::start(backend.clone());
+        let attempt_started = Instant::now();
         match send_once(conn, &settings, &backend, req).await {
             Ok((resp, sender)) => {
+                backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
@@ -522,6 +525,7 @@ async fn forward(
             Err(Failed::NotSent(back, e)) => {
                 ctx.passive_failure(&backend, settings.eject_after);
                 debug!(backend = %last_name, error = %e, "backend unreachable, trying another");
+                backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
                 req = *back;
                 last_error = e;
             }
@@ -532,6 +536,7 @@ async fn forward(
                 match (&replay, &e) {
                     (Some(r), ForwardError::Upstream(_)) => {
                         debug!(backend = %last_name, error = %e, "backend failed, replaying elsewhere");
+                        backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
                         req = r.request();
                         last_error = e;
                     }

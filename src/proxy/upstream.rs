@@ -29,7 +29,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::io::Counted;
 use crate::gear::Addr;
+use crate::stats::Traffic;
 
 /// Body of a request sent to a backend.
 #[derive(Debug)]
@@ -123,6 +125,8 @@ pub struct Pool {
     /// Connections currently open (idle or busy), shared with their driver tasks.
     open: Arc<AtomicU64>,
     max_idle: usize,
+    /// Bytes written to and read from this pool's connections.
+    traffic: Arc<Traffic>,
 }
 
 impl fmt::Debug for Pool {
@@ -143,7 +147,13 @@ impl Pool {
             kill: arc_swap::ArcSwap::from_pointee(tokio_util::sync::CancellationToken::new()),
             open: Arc::new(AtomicU64::new(0)),
             max_idle,
+            traffic: Arc::default(),
         }
+    }
+
+    /// Bytes moved on this pool's connections (tunnels included).
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     pub fn max_idle(&self) -> usize {
@@ -252,7 +262,7 @@ impl Pool {
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::Builder::new()
-            .handshake::<_, ReqBody>(TokioIo::new(stream))
+            .handshake::<_, ReqBody>(TokioIo::new(Counted::new(stream, self.traffic.clone())))
             .await?;
         let open = self.open.clone();
         open.fetch_add(1, Ordering::Relaxed);

@@ -389,11 +389,37 @@ impl Gearlb {
     }
 
     pub fn start_file(dir: &Path, config: &Path) -> Gearlb {
-        Self::start_with(dir, config, &[])
+        Self::start_file_with(dir, config, &[], &[])
     }
 
     /// Start through a command prefix (e.g. `ip netns exec NAME`).
-    pub fn start_with(dir: &Path, config: &Path, prefix: &[&str]) -> Gearlb {
+    pub fn start_in(dir: &Path, config: &Path, prefix: &[&str]) -> Gearlb {
+        Self::launch(dir, config, prefix, &[], &[])
+    }
+
+    /// As [`Gearlb::start`], with more `gearlb run` arguments and environment variables.
+    pub fn start_with(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Gearlb {
+        let path = dir.join("gearlb.toml");
+        std::fs::write(&path, config).unwrap();
+        Self::start_file_with(dir, &path, args, env)
+    }
+
+    pub fn start_file_with(
+        dir: &Path,
+        config: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Gearlb {
+        Self::launch(dir, config, &[], args, env)
+    }
+
+    fn launch(
+        dir: &Path,
+        config: &Path,
+        prefix: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Gearlb {
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -405,6 +431,8 @@ impl Gearlb {
         let mut child = cmd
             .args(["run", "--config"])
             .arg(config)
+            .args(args)
+            .envs(env.iter().copied())
             .current_dir(dir)
             .env("GEARLB_LOG", "info")
             .env_remove("RUST_LOG")
@@ -438,9 +466,13 @@ impl Gearlb {
                 panic!("gearlb did not start:\n{}", log.lock().unwrap().join("\n"));
             }
         };
+        // `key=value` in text logs, `"key":"value"` in JSON logs.
         let field = |key: &str| -> Option<SocketAddr> {
-            let start = line.find(&format!(" {key}="))? + key.len() + 2;
-            line[start..].split_whitespace().next()?.parse().ok()
+            let (start, end) = match line.find(&format!(" {key}=")) {
+                Some(i) => (i + key.len() + 2, " "),
+                None => (line.find(&format!("\"{key}\":\""))? + key.len() + 4, "\""),
+            };
+            line[start..].split(end).next()?.parse().ok()
         };
         Gearlb {
             dir: dir.to_path_buf(),
