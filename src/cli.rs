@@ -123,6 +123,11 @@ pub enum CtlCommand {
         #[arg(long)]
         as_json: bool,
     },
+    /// Ask the broker for one more (`up`) or one less (`down`) web gear, now.
+    Scale {
+        /// `up` or `down`.
+        direction: String,
+    },
     /// Re-read the configuration file and environment without a restart.
     Reload,
 }
@@ -284,6 +289,7 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
         CtlCommand::Status { json } => (Request::Status, json),
         CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
         CtlCommand::Peers { json } => (Request::Peers, json),
+        CtlCommand::Scale { direction } => (Request::Scale { event: direction }, false),
         CtlCommand::RotateOut {
             gear,
             timeout,

@@ -63,6 +63,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub subset: SubsetConfig,
     pub rotate: RotateConfig,
+    pub scaler: ScalerConfig,
+    /// The web server in this balancer's own gear (`local-gear`). Env `GEARLB_LOCAL_GEAR`
+    /// (set by the cartridge's `bin/control` from `OPENSHIFT_<PRIMARY>_IP/_PORT`).
+    pub local_gear: Option<Addr>,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
 }
@@ -226,6 +230,43 @@ impl fmt::Debug for ClusterConfig {
     }
 }
 
+/// The application's scaler (only the elected balancer acts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalerConfig {
+    /// Make scale decisions at all. Default true (the marker
+    /// `.openshift/markers/disable_auto_scaling` also turns them off).
+    pub enabled: bool,
+    /// Preferred scaler: gear uuid or gear name. Env `OPENSHIFT_GEARLB_SCALER_GEAR`.
+    pub preferred: Option<String>,
+    /// `https://host[:port]` of the broker. Env `OPENSHIFT_BROKER_HOST` (a host name).
+    pub broker_url: Option<String>,
+    /// PEM file of a CA to trust for a private broker certificate.
+    pub broker_ca: Option<PathBuf>,
+    /// Env `OPENSHIFT_MAX_SESSIONS_PER_GEAR`. Default 16.
+    pub max_sessions_per_gear: f64,
+    /// Scale up at this capacity, percent. Default 90.
+    pub up_threshold: f64,
+    /// Consecutive low checks before a scale-down. Default 20.
+    pub down_checks: u32,
+    /// Default 5s.
+    pub check_interval: Duration,
+    /// No scale-down within this of the last scale-up. Default 10m.
+    pub flap_protection: Duration,
+    /// No decision for this long after a failed broker call. Default 10m.
+    pub error_backoff: Duration,
+    /// After a scale-up, no other until a new gear arrives or this passes. Default 2m.
+    pub up_cooldown: Duration,
+    /// Window of the moving average of requests in flight. Default 50s (as the old
+    /// autoscaler's 10 samples every 5 s).
+    pub average_window: Duration,
+    /// Broker request timeout. Default 600s.
+    pub broker_timeout: Duration,
+    /// Web gears per balancer from which `local-gear` takes no traffic (once a remote
+    /// gear is up); -1 turns it off. Default 3 (values 0-2 count as 3, as before). Env
+    /// `OPENSHIFT_GEARLB_GEAR_RATIO` (alias `OPENSHIFT_HAPROXY_GEAR_RATIO`).
+    pub gear_ratio: i64,
+}
+
 /// Rotate-out and rotate-in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RotateConfig {
@@ -245,6 +286,12 @@ pub struct SubsetConfig {
 /// Who this balancer is, as the node platform tells it through the environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GearIdentity {
+    pub app_name: Option<String>,
+    pub app_dns: Option<String>,
+    /// `OPENSHIFT_HOMEDIR`: the broker key is in `.auth/token` and `.auth/iv` below it.
+    pub homedir: Option<PathBuf>,
+    /// `OPENSHIFT_REPO_DIR`: `.openshift/markers/disable_auto_scaling` below it.
+    pub repo_dir: Option<PathBuf>,
     pub uuid: Option<String>,
     pub name: Option<String>,
     pub namespace: Option<String>,
@@ -316,6 +363,23 @@ impl Default for Config {
             rotate: RotateConfig {
                 timeout: Duration::from_secs(120),
             },
+            scaler: ScalerConfig {
+                enabled: true,
+                preferred: None,
+                broker_url: None,
+                broker_ca: None,
+                max_sessions_per_gear: 16.0,
+                up_threshold: 90.0,
+                down_checks: 20,
+                check_interval: Duration::from_secs(5),
+                flap_protection: Duration::from_secs(600),
+                error_backoff: Duration::from_secs(600),
+                up_cooldown: Duration::from_secs(120),
+                average_window: Duration::from_secs(50),
+                broker_timeout: Duration::from_secs(600),
+                gear_ratio: 3,
+            },
+            local_gear: None,
             gear: GearIdentity::default(),
         }
     }
@@ -395,8 +459,22 @@ pub fn from_toml(text: &str, env: &dyn Env) -> Result<Config, ConfigErrors> {
 }
 
 const SECTIONS: &[&str] = &[
-    "runtime", "listen", "control", "state", "backends", "timeouts", "limits", "proxy", "log",
-    "health", "sticky", "cluster", "subset", "rotate",
+    "runtime",
+    "listen",
+    "control",
+    "state",
+    "backends",
+    "timeouts",
+    "limits",
+    "proxy",
+    "log",
+    "health",
+    "sticky",
+    "cluster",
+    "subset",
+    "rotate",
+    "scaler",
+    "local_gear",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -559,6 +637,49 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     }
     r.finish();
 
+    let t = section("scaler", problems);
+    let mut r = Reader::new(&t, "scaler", problems);
+    let sc = cfg.scaler.clone();
+    cfg.scaler = ScalerConfig {
+        enabled: r.bool("enabled", sc.enabled),
+        preferred: r.str_value("preferred").filter(|p| !p.is_empty()),
+        broker_url: r.str_value("broker_url"),
+        broker_ca: r.str_value("broker_ca").map(PathBuf::from),
+        max_sessions_per_gear: r.uint(
+            "max_sessions_per_gear",
+            sc.max_sessions_per_gear as u64,
+            1,
+            100_000,
+        ) as f64,
+        up_threshold: r.uint("up_threshold", sc.up_threshold as u64, 1, 1000) as f64,
+        down_checks: r.uint("down_checks", sc.down_checks as u64, 1, 10_000) as u32,
+        check_interval: r.duration("check_interval", sc.check_interval),
+        flap_protection: r.duration("flap_protection", sc.flap_protection),
+        error_backoff: r.duration("error_backoff", sc.error_backoff),
+        up_cooldown: r.duration("up_cooldown", sc.up_cooldown),
+        average_window: r.duration("average_window", sc.average_window),
+        broker_timeout: r.duration("broker_timeout", sc.broker_timeout),
+        gear_ratio: match r.get("gear_ratio") {
+            None => sc.gear_ratio,
+            Some(toml::Value::Integer(i)) if *i >= -1 => *i,
+            Some(_) => {
+                r.problem("gear_ratio", "expected an integer, -1 (off) or more");
+                sc.gear_ratio
+            }
+        },
+    };
+    r.finish();
+
+    let t = section("local_gear", problems);
+    let mut r = Reader::new(&t, "local_gear", problems);
+    if let Some(a) = r.str_value("addr") {
+        match a.parse::<Addr>() {
+            Ok(a) => cfg.local_gear = Some(a),
+            Err(e) => r.problem("addr", e),
+        }
+    }
+    r.finish();
+
     let t = section("rotate", problems);
     let mut r = Reader::new(&t, "rotate", problems);
     cfg.rotate.timeout = r.duration("timeout", cfg.rotate.timeout);
@@ -704,6 +825,46 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
             }),
         }
     }
+    if let Some(a) = env.var("GEARLB_LOCAL_GEAR") {
+        match a.parse::<Addr>() {
+            Ok(a) => cfg.local_gear = Some(a),
+            Err(e) => problems.push(Problem {
+                path: "env GEARLB_LOCAL_GEAR".into(),
+                message: e,
+            }),
+        }
+    }
+    if let Some(r) = first(&[
+        "OPENSHIFT_GEARLB_GEAR_RATIO",
+        "OPENSHIFT_HAPROXY_GEAR_RATIO",
+    ]) {
+        match r.trim().parse::<i64>() {
+            Ok(v) if v >= -1 => cfg.scaler.gear_ratio = v,
+            _ => problems.push(Problem {
+                path: "env OPENSHIFT_GEARLB_GEAR_RATIO".into(),
+                message: format!("{r:?}: an integer, -1 (off) or more"),
+            }),
+        }
+    }
+    if let Some(p) = env.var("OPENSHIFT_GEARLB_SCALER_GEAR") {
+        cfg.scaler.preferred = Some(p);
+    }
+    if let Some(host) = env.var("OPENSHIFT_BROKER_HOST") {
+        cfg.scaler.broker_url = Some(if host.contains("://") {
+            host
+        } else {
+            format!("https://{host}")
+        });
+    }
+    if let Some(m) = env.var("OPENSHIFT_MAX_SESSIONS_PER_GEAR") {
+        match m.parse::<f64>() {
+            Ok(v) if v >= 1.0 && v.is_finite() => cfg.scaler.max_sessions_per_gear = v,
+            _ => problems.push(Problem {
+                path: "env OPENSHIFT_MAX_SESSIONS_PER_GEAR".into(),
+                message: format!("{m:?} is not a number of sessions (1 or more)"),
+            }),
+        }
+    }
     if let Some(c) = env.var("OPENSHIFT_GEARLB_COVERAGE") {
         match c.trim_end_matches('%').parse::<u32>() {
             Ok(v) if (1..=100).contains(&v) => cfg.subset.coverage = v,
@@ -714,6 +875,10 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
         }
     }
     cfg.gear = GearIdentity {
+        app_name: env.var("OPENSHIFT_APP_NAME"),
+        app_dns: env.var("OPENSHIFT_APP_DNS"),
+        homedir: env.var("OPENSHIFT_HOMEDIR").map(PathBuf::from),
+        repo_dir: env.var("OPENSHIFT_REPO_DIR").map(PathBuf::from),
         uuid: env.var("OPENSHIFT_GEAR_UUID"),
         name: env.var("OPENSHIFT_GEAR_NAME"),
         namespace: env.var("OPENSHIFT_NAMESPACE"),
@@ -788,6 +953,16 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
                 message: format!("{id:?}: use 1-64 letters, digits, '-' or '_'"),
             }),
             Some(_) => {}
+        }
+    }
+    if let Some(url) = &cfg.scaler.broker_url {
+        if !(url.starts_with("https://") || url.starts_with("http://"))
+            || url.parse::<http::Uri>().is_err()
+        {
+            problems.push(Problem {
+                path: "scaler.broker_url".into(),
+                message: format!("{url:?} is not an https:// URL"),
+            });
         }
     }
     if cfg.control.socket.as_os_str().len() > 100 {

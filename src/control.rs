@@ -40,6 +40,10 @@ pub enum Request {
     SetPeers {
         args: Vec<String>,
     },
+    /// One manual scale event: `up` or `down`.
+    Scale {
+        event: String,
+    },
     /// Rotate a gear out (drain on every balancer) or in.
     Rotate {
         gear: String,

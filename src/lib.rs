@@ -14,6 +14,7 @@
 //!   [`proxy::forward`] the header rewriting, [`proxy::tunnel`] WebSocket tunnels.
 //! - [`rotation`]: rotate-out/in: the last-writer-wins register of ops, local drain
 //!   and acknowledgments.
+//! - [`scaler`]: the one scaler of the application: election, policy, broker client.
 //! - [`control`]: the unix-socket control API used by `gearlb ctl`.
 //! - [`state`]: the persisted backend set, written atomically.
 //! - [`stats`]: counters and the status report ([`stats::latency`] response times,
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod rotation;
 pub mod routing;
+pub mod scaler;
 pub mod server;
 pub mod state;
 pub mod stats;

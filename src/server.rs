@@ -31,6 +31,12 @@ use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
 use crate::rotation::{self, AckState, Op, Rotations};
 use crate::routing::{Backend, BackendSpec, Change, Router};
+use crate::scaler::{
+    self,
+    broker::{Broker, BrokerConfig},
+    policy::PolicyConfig,
+    Scaler, ScalerSettings,
+};
 use crate::state::{PersistedState, StateStore, FORMAT};
 use crate::stats::{self, FrontendReport, FrontendStats, HealthReport, ListenReport, StatusReport};
 use crate::status::StatusSource;
@@ -56,6 +62,12 @@ pub struct App {
     self_id: String,
     namespace: Option<String>,
     rotations: Arc<Rotations>,
+    scaler: Arc<Scaler>,
+    self_name: Option<String>,
+    /// The web server in this gear, always a backend when configured.
+    local_gear: Option<BackendSpec>,
+    /// This gear's DNS name: its `update-cluster` entry is `local-gear`.
+    own_dns: Option<String>,
     /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
     fingerprint: Mutex<String>,
     gear_dns: Option<String>,
@@ -75,7 +87,8 @@ pub struct Server {
 }
 
 fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
-    cfg.backends
+    let mut specs: Vec<BackendSpec> = cfg
+        .backends
         .iter()
         .map(|b| BackendSpec {
             name: b.name.clone(),
@@ -83,7 +96,29 @@ fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
             gear_dns: None,
             cookie: None,
         })
-        .collect()
+        .collect();
+    if let Some(l) = local_gear_spec(cfg) {
+        specs.retain(|s| s.name != l.name);
+        specs.push(l);
+    }
+    specs
+}
+
+/// `local-gear`: the web server of this balancer's own gear, with the sticky value
+/// every balancer uses for this gear (`<gearname>-<ns>`, BZ 1377433).
+fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
+    let addr = cfg.local_gear.clone()?;
+    let cookie = match (&cfg.gear.dns, &cfg.gear.name, &cfg.gear.namespace) {
+        (Some(dns), _, _) => dns.split('.').next().map(str::to_ascii_lowercase),
+        (None, Some(name), Some(ns)) => Some(format!("{name}-{ns}")),
+        _ => None,
+    };
+    Some(BackendSpec {
+        name: "local-gear".into(),
+        addr,
+        gear_dns: cfg.gear.dns.clone(),
+        cookie,
+    })
 }
 
 impl Server {
@@ -158,6 +193,11 @@ impl Server {
                 .map(|o| o.gear.clone())
                 .collect(),
         );
+        let mut specs = specs;
+        if let Some(l) = local_gear_spec(&cfg) {
+            specs.retain(|s| s.name != l.name);
+            specs.push(l);
+        }
         let change = router.replace_backends(specs);
         info!(
             backends = change.added.len(),
@@ -212,8 +252,18 @@ impl Server {
             .map(|c| c.self_id().to_string())
             .or_else(|| cfg.gear.uuid.clone())
             .unwrap_or_else(|| "self".into());
+        frontend.set_average_window(cfg.scaler.average_window);
+        let scaler = Scaler::new(
+            scaler_settings(&cfg),
+            build_broker(&cfg, &self_id),
+            self_id.clone(),
+        );
         let app = Arc::new(App {
             router,
+            scaler,
+            self_name: cfg.gear.name.clone(),
+            local_gear: local_gear_spec(&cfg),
+            own_dns: cfg.gear.dns.clone(),
             coverage: Arc::new(AtomicU32::new(cfg.subset.coverage)),
             cluster,
             health,
@@ -288,6 +338,14 @@ impl Server {
             .map(|c| c.advertise().to_string())
             .unwrap_or_else(|| "off".into());
         info!(proxy = %app.listen.proxy, status = %app.listen.status, gossip = %gossip, "gearlb serving");
+        let load_src = app.frontend.clone();
+        let scaler_task = tokio::spawn(app.scaler.clone().run(
+            app.cluster.clone(),
+            app.router.clone(),
+            Arc::new(move || load_src.inflight_average()),
+            app.self_name.clone(),
+            stop.clone(),
+        ));
         let weak = Arc::downgrade(&app);
         let rotation_task = tokio::spawn(rotation::run(
             app.rotations.clone(),
@@ -340,6 +398,7 @@ impl Server {
             let _ = t.await;
         }
         let _ = rotation_task.await;
+        let _ = scaler_task.await;
         if let Some((a, b)) = cluster_tasks {
             let _ = a.await;
             let _ = b.await;
@@ -376,6 +435,7 @@ impl App {
             health: Some(HealthReport::from_settings(&self.health.load())),
             peers: self.peer_reports(),
             rotations: self.rotation_reports(),
+            scaler: Some(self.scaler.report()),
         }
     }
 
@@ -456,18 +516,19 @@ impl App {
 
     /// Save the state file: backends, peers, rotations.
     fn persist(&self) -> Result<(), String> {
-        let st = PersistedState {
-            format: FORMAT,
-            config_backends: self
-                .fingerprint
-                .lock()
-                .map(|f| f.clone())
-                .unwrap_or_default(),
-            backends: self.router.specs(),
-            peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
-            rotations: self.rotations.ops().into_values().collect(),
-        };
-        self.store.save(&st).map_err(|e| e.to_string())
+        self.store
+            .save_with(|| PersistedState {
+                format: FORMAT,
+                config_backends: self
+                    .fingerprint
+                    .lock()
+                    .map(|f| f.clone())
+                    .unwrap_or_default(),
+                backends: self.router.specs(),
+                peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                rotations: self.rotations.ops().into_values().collect(),
+            })
+            .map_err(|e| e.to_string())
     }
 
     /// Apply `update-cluster`: the complete list of web gears.
@@ -485,9 +546,13 @@ impl App {
             };
         }
         let current = self.router.specs();
+        let own = self.own_dns.as_deref().map(str::to_ascii_lowercase);
         let mut specs: Vec<BackendSpec> = parsed
             .valid
             .iter()
+            // Our own gear is `local-gear`, reached directly rather than through the
+            // node's port proxy.
+            .filter(|e| self.local_gear.is_none() || own.as_deref() != Some(e.gear_dns.as_str()))
             .map(|e| BackendSpec {
                 name: e.server_name(),
                 addr: e.addr.clone(),
@@ -508,6 +573,9 @@ impl App {
                     }
                 }
             }
+        }
+        if let Some(l) = &self.local_gear {
+            specs.push(l.clone());
         }
         let change = self.router.replace_backends(specs);
         log_change("update-cluster", &change);
@@ -547,6 +615,27 @@ impl App {
                 "kept": kept,
                 "persist_error": persist_error,
             }),
+        }
+    }
+
+    /// One manual scale event (`gearlb ctl scale up|down`), from any balancer.
+    pub async fn scale(&self, event: &str) -> Reply {
+        let event = match event {
+            "up" | "scale-up" => "scale-up",
+            "down" | "scale-down" => "scale-down",
+            other => {
+                return Reply::error(
+                    EXIT_CONFIG,
+                    format!("scale {:?}: use up or down", gear::printable(other)),
+                )
+            }
+        };
+        let (outcome, text) = self.scaler.manual(event).await;
+        match outcome {
+            scaler::policy::Outcome::Done | scaler::policy::Outcome::AtLimit => {
+                Reply::ok(text, serde_json::Value::Null)
+            }
+            scaler::policy::Outcome::Failed => Reply::error(1, text),
         }
     }
 
@@ -898,6 +987,8 @@ impl App {
         self.health
             .store(Arc::new(HealthSettings::from_config(&new.health)));
         self.coverage.store(new.subset.coverage, Ordering::Relaxed);
+        self.scaler.settings.store(Arc::new(scaler_settings(&new)));
+        self.frontend.set_average_window(new.scaler.average_window);
         let backends_changed =
             backends_fingerprint(&cfg.backends) != backends_fingerprint(&new.backends);
         let mut reply_data = serde_json::Value::Null;
@@ -934,6 +1025,58 @@ impl App {
             message.push_str(&n);
         }
         Reply::ok(message, reply_data)
+    }
+}
+
+/// Scaler settings from a configuration.
+fn scaler_settings(cfg: &Config) -> ScalerSettings {
+    let s = &cfg.scaler;
+    ScalerSettings {
+        enabled: s.enabled,
+        preferred: s.preferred.clone(),
+        app_name: cfg.gear.app_name.clone(),
+        policy: PolicyConfig {
+            max_sessions_per_gear: s.max_sessions_per_gear,
+            up_pct: s.up_threshold,
+            down_checks: s.down_checks,
+            flap_protection: s.flap_protection,
+            error_backoff: s.error_backoff,
+            up_cooldown: s.up_cooldown,
+        },
+        check_interval: s.check_interval,
+        gear_ratio: s.gear_ratio,
+        marker: cfg
+            .gear
+            .repo_dir
+            .as_ref()
+            .map(|d| d.join(".openshift/markers/disable_auto_scaling")),
+    }
+}
+
+/// The broker client, when the gear environment says where and who we are.
+fn build_broker(cfg: &Config, node: &str) -> Option<Broker> {
+    let url = cfg.scaler.broker_url.clone()?;
+    let (Some(namespace), Some(app), Some(home)) =
+        (&cfg.gear.namespace, &cfg.gear.app_name, &cfg.gear.homedir)
+    else {
+        warn!("broker configured but OPENSHIFT_NAMESPACE, OPENSHIFT_APP_NAME or OPENSHIFT_HOMEDIR is missing: no scaling");
+        return None;
+    };
+    let bc = BrokerConfig {
+        url,
+        namespace: namespace.clone(),
+        app: app.clone(),
+        auth_dir: home.join(".auth"),
+        ca_file: cfg.scaler.broker_ca.clone(),
+        timeout: cfg.scaler.broker_timeout,
+        node: node.to_string(),
+    };
+    match Broker::new(bc) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            error!(error = %e, "broker client not available: no scaling");
+            None
+        }
     }
 }
 
@@ -1018,6 +1161,7 @@ impl control::Handler for App {
                 serde_json::to_value(self.cluster_view()).unwrap_or_default(),
             ),
             Request::SetPeers { args } => self.set_peers(&args).await,
+            Request::Scale { event } => self.scale(&event).await,
             Request::Rotate {
                 gear,
                 op,

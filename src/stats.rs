@@ -68,6 +68,11 @@ pub struct FrontendStats {
     pub connection_rate: Rate,
     /// New requests per second (sampled).
     pub request_rate: Rate,
+    /// Moving average of requests in flight (f64 bits; sampled once a second): the
+    /// "sessions" the scaler adds up across balancers.
+    pub inflight_avg: AtomicU64,
+    /// Weight of each new sample in `inflight_avg` (f64 bits), from the averaging window.
+    pub inflight_alpha: AtomicU64,
 }
 
 impl FrontendStats {
@@ -93,6 +98,32 @@ impl FrontendStats {
 
     pub fn response(&self, status: u16) {
         self.responses[class_index(status)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Average requests in flight over about `window` (see `inflight_avg`).
+    pub fn set_average_window(&self, window: std::time::Duration) {
+        let alpha = 1.0 - (-1.0 / window.as_secs_f64().max(1.0)).exp();
+        self.inflight_alpha
+            .store(alpha.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The moving average of requests in flight.
+    pub fn inflight_average(&self) -> f64 {
+        f64::from_bits(self.inflight_avg.load(Ordering::Relaxed))
+    }
+
+    /// Fold the current in-flight count into the average (once a second).
+    pub fn sample_inflight(&self) {
+        let alpha = f64::from_bits(self.inflight_alpha.load(Ordering::Relaxed));
+        let alpha = if alpha > 0.0 {
+            alpha
+        } else {
+            1.0 - (-1.0f64 / 50.0).exp()
+        };
+        let now = self.requests_current.load(Ordering::Relaxed) as f64;
+        let avg = self.inflight_average();
+        self.inflight_avg
+            .store((avg + (now - avg) * alpha).to_bits(), Ordering::Relaxed);
     }
 }
 
@@ -257,6 +288,9 @@ pub struct StatusReport {
     /// the rotation work fills it).
     #[serde(default)]
     pub rotations: Vec<RotationReport>,
+    /// The scaler as this balancer sees it.
+    #[serde(default)]
+    pub scaler: Option<crate::scaler::ScalerReport>,
 }
 
 /// Health-check settings (`[health]`).

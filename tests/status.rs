@@ -1045,6 +1045,7 @@ fn sample_report() -> StatusReport {
         }),
         peers: vec![],
         rotations: vec![],
+        scaler: None,
     }
 }
 

@@ -48,7 +48,8 @@ pub struct Load {
     /// Client connections now.
     #[serde(rename = "s")]
     pub sessions: u64,
-    /// Moving average of `sessions` (about a minute).
+    /// Moving average of requests in flight (`scaler.average_window`): what the scaler
+    /// adds up across balancers.
     #[serde(rename = "a")]
     pub sessions_avg: f64,
     /// Requests per second over the last second.
@@ -106,6 +107,9 @@ pub struct ClusterView {
     /// Gossip addresses of the live peers.
     #[serde(skip)]
     pub live_addrs: Vec<SocketAddr>,
+    /// The last scale event each live peer made (`scale` keys).
+    #[serde(skip)]
+    pub scale_events: Vec<crate::scaler::ScaleEvent>,
 }
 
 impl ClusterView {
@@ -303,6 +307,10 @@ pub fn build_view(
         })
         .collect();
     let live_addrs = counted.iter().map(|m| m.addr).collect();
+    let scale_events = counted
+        .iter()
+        .filter_map(|m| serde_json::from_str(m.keys.get("scale")?).ok())
+        .collect();
     let known_others = known
         .iter()
         .filter(|p| p.id.as_deref() != Some(self_id))
@@ -319,6 +327,7 @@ pub fn build_view(
         rotations,
         acks,
         live_addrs,
+        scale_events,
     }
 }
 

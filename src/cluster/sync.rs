@@ -18,9 +18,6 @@ use super::{Cluster, Load};
 use crate::routing::{subset, Router};
 use crate::stats::FrontendStats;
 
-/// Seconds the moving average of sessions spans (roughly).
-const AVG_WINDOW_SECS: f64 = 60.0;
-
 /// Run until `stop`.
 pub async fn run(
     cluster: Arc<Cluster>,
@@ -35,7 +32,6 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_health = String::new();
     let mut last_requests = frontend.requests_total.load(Ordering::Relaxed);
-    let mut avg = 0.0f64;
     let mut last_subset: Option<(usize, usize)> = None;
     loop {
         let mut publish_load = false;
@@ -89,11 +85,9 @@ pub async fn run(
         if publish_load {
             let sessions = frontend.connections_current.load(Ordering::Relaxed);
             let requests = frontend.requests_total.load(Ordering::Relaxed);
-            let alpha = 1.0 - (-1.0 / AVG_WINDOW_SECS).exp();
-            avg += (sessions as f64 - avg) * alpha;
             let load = Load {
                 sessions,
-                sessions_avg: (avg * 100.0).round() / 100.0,
+                sessions_avg: (frontend.inflight_average() * 100.0).round() / 100.0,
                 rps: requests.saturating_sub(last_requests) as f64,
                 in_flight: frontend.requests_current.load(Ordering::Relaxed),
             };

@@ -139,6 +139,9 @@ pub struct Entry {
     pub admin: Admin,
     /// In this balancer's subset (coverage-limited subsets; all are, by default).
     pub in_subset: bool,
+    /// Taken out of selection by the gear ratio (`local-gear` only): no traffic at all,
+    /// reported as drained (HAProxy's MAINT, as the old cartridge's disabled server).
+    pub parked: bool,
 }
 
 impl Entry {
@@ -148,15 +151,19 @@ impl Entry {
             up: true,
             admin: Admin::Active,
             in_subset: true,
+            parked: false,
         }
     }
 
     /// Healthy and in rotation: may take new requests.
     pub fn usable(&self) -> bool {
-        self.up && self.admin == Admin::Active
+        self.up && self.admin == Admin::Active && !self.parked
     }
 
     pub fn state(&self) -> BackendState {
+        if self.parked && self.admin == Admin::Active {
+            return BackendState::Drained;
+        }
         match (self.admin, self.up) {
             (Admin::Draining, _) => BackendState::Draining,
             (Admin::Drained, _) => BackendState::Drained,
@@ -396,9 +403,9 @@ impl Router {
             .map(|e| {
                 let mut e = e.clone();
                 if pick(&e) {
-                    let before = (e.up, e.admin, e.in_subset);
+                    let before = (e.up, e.admin, e.in_subset, e.parked);
                     edit(&mut e);
-                    changed |= before != (e.up, e.admin, e.in_subset);
+                    changed |= before != (e.up, e.admin, e.in_subset, e.parked);
                 }
                 e
             })
@@ -439,6 +446,11 @@ impl Router {
                 }
             },
         )
+    }
+
+    /// Park or unpark a backend by name (gear ratio). True when it changed.
+    pub fn set_parked(&self, name: &str, parked: bool) -> bool {
+        self.edit(|e| e.backend.name() == name, |e| e.parked = parked)
     }
 
     /// Notified (a generation number) whenever the table changes.

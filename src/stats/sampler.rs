@@ -78,6 +78,7 @@ pub fn sample(
     close_point: bool,
 ) {
     let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    frontend.sample_inflight();
     frontend
         .connection_rate
         .update(r(&frontend.connections_total), elapsed);

@@ -671,3 +671,187 @@ pub fn backend_state(lb: &Gearlb, name: &str) -> String {
         .map(|b| b["state"].as_str().unwrap().to_string())
         .unwrap_or_else(|| "absent".into())
 }
+
+/// A broker for the scaler: HTTPS on 127.0.0.1 with a test CA. It checks the broker key,
+/// records `scale-up`/`scale-down` events with the `X-Gearlb-Node` that sent them, and
+/// answers 422 once the application would go past `scale_max` gears.
+pub struct TestBroker {
+    pub addr: SocketAddr,
+    /// PEM of the CA that signed the broker's certificate.
+    pub ca_file: PathBuf,
+    pub events: Arc<Mutex<Vec<(String, String)>>>,
+    _dir: tempfile::TempDir,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+pub const BROKER_TOKEN: &str = "test-broker-token";
+pub const BROKER_IV: &str = "test-broker-iv";
+
+impl TestBroker {
+    pub async fn start(gears: usize, scale_max: usize) -> TestBroker {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), gears, scale_max).await
+    }
+
+    pub async fn start_on(bind: SocketAddr, gears: usize, scale_max: usize) -> TestBroker {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        leaf.subject_alt_names.push(SanType::IpAddress(bind.ip()));
+        let leaf_key = KeyPair::generate().unwrap();
+        let cert = leaf.signed_by(&leaf_key, &ca).unwrap();
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = TcpListener::bind(bind).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let gears = Arc::new(AtomicU64::new(gears as u64));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let ev = events.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = tokio::select! {
+                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+                    _ = stopped.changed() => break,
+                };
+                let (acceptor, ev, gears) = (acceptor.clone(), ev.clone(), gears.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let (ev, gears) = (ev.clone(), gears.clone());
+                        async move {
+                            Ok::<_, Infallible>(
+                                broker_route(req, &ev, &gears, scale_max as u64).await,
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        TestBroker {
+            addr,
+            ca_file,
+            events,
+            _dir: dir,
+            stop,
+        }
+    }
+
+    /// Events received: (event, node).
+    pub fn events(&self) -> Vec<(String, String)> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Environment and config for a balancer of application `app` in namespace `ns`
+    /// scaling through this broker: writes the broker key files under `home`.
+    pub fn gear_env(&self, home: &Path) -> Vec<(String, String)> {
+        std::fs::create_dir_all(home.join(".auth")).unwrap();
+        std::fs::write(home.join(".auth/token"), format!("{BROKER_TOKEN}\n")).unwrap();
+        std::fs::write(home.join(".auth/iv"), format!("{BROKER_IV}\n")).unwrap();
+        vec![
+            ("OPENSHIFT_NAMESPACE".into(), "ns".into()),
+            ("OPENSHIFT_APP_NAME".into(), "app".into()),
+            ("OPENSHIFT_HOMEDIR".into(), home.display().to_string()),
+            (
+                "OPENSHIFT_REPO_DIR".into(),
+                home.join("repo").display().to_string(),
+            ),
+            ("OPENSHIFT_BROKER_HOST".into(), self.addr.to_string()),
+        ]
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn broker_route(
+    req: Request<Incoming>,
+    events: &Mutex<Vec<(String, String)>>,
+    gears: &AtomicU64,
+    scale_max: u64,
+) -> Response<BoxBody> {
+    let node = req
+        .headers()
+        .get("x-gearlb-node")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let method = req.method().clone();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let form = String::from_utf8_lossy(&body).into_owned();
+    let field = |s: &str, k: &str| -> Option<String> {
+        s.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.to_string())
+    };
+    let source = if method == hyper::Method::GET {
+        &query
+    } else {
+        &form
+    };
+    if field(source, "broker_auth_key").as_deref() != Some(BROKER_TOKEN)
+        || field(source, "broker_auth_iv").as_deref() != Some(BROKER_IV)
+    {
+        return Response::builder()
+            .status(401)
+            .body(full("bad broker key"))
+            .unwrap();
+    }
+    match (method, path.as_str()) {
+        (hyper::Method::GET, "/broker/rest/domains/ns/applications/app") => Response::new(full(
+            serde_json::json!({"data": {"scale_min": 1, "scale_max": scale_max}}).to_string(),
+        )),
+        (hyper::Method::POST, "/broker/rest/domains/ns/applications/app/events") => {
+            let event = field(&form, "event").unwrap_or_default();
+            events.lock().unwrap().push((event.clone(), node));
+            match event.as_str() {
+                "scale-up" if gears.load(Ordering::Relaxed) >= scale_max => Response::builder()
+                    .status(422)
+                    .body(full("at max"))
+                    .unwrap(),
+                "scale-up" => {
+                    gears.fetch_add(1, Ordering::Relaxed);
+                    Response::new(full("{}"))
+                }
+                "scale-down" => {
+                    gears.fetch_sub(1, Ordering::Relaxed);
+                    Response::new(full("{}"))
+                }
+                _ => Response::builder()
+                    .status(400)
+                    .body(full("bad event"))
+                    .unwrap(),
+            }
+        }
+        _ => Response::builder().status(404).body(full("")).unwrap(),
+    }
+}

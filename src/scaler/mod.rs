@@ -1,0 +1,520 @@
+//! The application's one scaler: elected by gossip, quorum-guarded, talking to the broker.
+//!
+//! Owns the election ([`elect`], pure), the check loop, and manual scaling. Every
+//! balancer runs the loop; only the elected one acts:
+//!
+//! - **Ranking**: the gear named by `scaler.preferred` / `OPENSHIFT_GEARLB_SCALER_GEAR`
+//!   (uuid or gear name) first, then the head gear (its gear name is the application's
+//!   name), then by id. The scaler is the highest-ranked *live* balancer.
+//! - **Quorum**: it acts only while it sees a majority of the known balancers live
+//!   (itself included); with exactly half, only if it outranks every balancer it cannot
+//!   see. A partition never yields two scalers that both act.
+//! - Each balancer publishes who it believes the scaler is (`scaler` key) and the last
+//!   scale event it made (`scale` key: a new scaler keeps the cooldown of the old one).
+//! - Decisions come from [`policy`] over the moving-average in-flight requests of every
+//!   live balancer (gossiped `load`), checked every `scaler.check_interval`; the
+//!   `.openshift/markers/disable_auto_scaling` marker or `scaler.enabled = false` stops
+//!   them, checked live.
+
+pub mod broker;
+pub mod policy;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cluster::{Cluster, ClusterView};
+use crate::routing::Router;
+use broker::Broker;
+use policy::{Decision, Outcome, PolicyConfig, PolicyState, Sample};
+
+/// One balancer as the election sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: String,
+    /// Gear name, when known.
+    pub name: Option<String>,
+    pub live: bool,
+}
+
+/// The election's result, from one balancer's point of view.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Election {
+    /// The highest-ranked live balancer.
+    pub scaler: Option<String>,
+    /// This balancer is the scaler and has a quorum: it may act.
+    pub acts: bool,
+    pub live: usize,
+    pub known: usize,
+    pub quorum: bool,
+}
+
+/// Rank key: lower is better.
+fn rank_key<'a>(
+    c: &'a Candidate,
+    preferred: Option<&str>,
+    app_name: Option<&str>,
+) -> (u8, u8, &'a str) {
+    let pref = preferred.is_some_and(|p| c.id == p || c.name.as_deref() == Some(p));
+    let head = app_name.is_some_and(|a| c.name.as_deref() == Some(a));
+    (u8::from(!pref), u8::from(!head), c.id.as_str())
+}
+
+/// Elect among `candidates` (every known balancer, `me` included) as `me` sees them.
+pub fn elect(
+    me: &str,
+    candidates: &[Candidate],
+    preferred: Option<&str>,
+    app_name: Option<&str>,
+) -> Election {
+    let mut ranked: Vec<&Candidate> = candidates.iter().collect();
+    ranked.sort_by(|a, b| rank_key(a, preferred, app_name).cmp(&rank_key(b, preferred, app_name)));
+    ranked.dedup_by(|a, b| a.id == b.id);
+    let known = ranked.len();
+    let live = ranked.iter().filter(|c| c.live || c.id == me).count();
+    let scaler = ranked
+        .iter()
+        .find(|c| c.live || c.id == me)
+        .map(|c| c.id.clone());
+    let me_pos = ranked.iter().position(|c| c.id == me);
+    let outranks_unseen = me_pos.is_some_and(|p| {
+        ranked
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.live || c.id == me || i > p)
+    });
+    let quorum = live * 2 > known || (live * 2 == known && outranks_unseen);
+    Election {
+        acts: scaler.as_deref() == Some(me) && quorum,
+        scaler,
+        live,
+        known,
+        quorum,
+    }
+}
+
+/// Whether `local-gear` should take no traffic: the old cartridge's gear ratio. With
+/// `web` web gears and `balancers` live balancers, from `ratio` web gears per balancer
+/// (rounded, as before; 0-2 count as 3; -1 never), and only while a remote gear is up so
+/// the application is never left without a gear.
+pub fn park_local_gear(web: usize, balancers: usize, ratio: i64, remote_up: bool) -> bool {
+    if ratio < 0 || !remote_up || balancers == 0 {
+        return false;
+    }
+    let threshold = ratio.max(3) as f64;
+    (web as f64 / balancers as f64).round() >= threshold
+}
+
+/// Scaler settings in force (swapped on reload).
+#[derive(Clone, Debug)]
+pub struct ScalerSettings {
+    pub enabled: bool,
+    pub preferred: Option<String>,
+    pub app_name: Option<String>,
+    pub policy: PolicyConfig,
+    pub check_interval: Duration,
+    /// See `config::ScalerConfig::gear_ratio`.
+    pub gear_ratio: i64,
+    /// `.openshift/markers/disable_auto_scaling` under the repository, if known.
+    pub marker: Option<PathBuf>,
+}
+
+/// What `ctl status` shows of the scaler.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScalerReport {
+    /// Who this balancer believes the scaler is.
+    pub scaler: Option<String>,
+    /// This balancer acts as scaler now.
+    pub acting: bool,
+    pub quorum: bool,
+    pub live: usize,
+    pub known: usize,
+    /// Auto-scaling on (setting and marker).
+    pub enabled: bool,
+    /// Capacity at the last check, percent.
+    pub capacity: f64,
+    pub sessions: f64,
+    pub gears: usize,
+    /// Last decision made here and what came of it.
+    pub last_event: Option<String>,
+    /// Whether a broker is configured.
+    pub broker: bool,
+}
+
+/// The last scale event a scaler made (gossiped, so a successor keeps the cooldown).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScaleEvent {
+    pub event: String,
+    pub at_ms: u64,
+    pub gears: usize,
+}
+
+/// The scaler of this balancer.
+pub struct Scaler {
+    pub settings: arc_swap::ArcSwap<ScalerSettings>,
+    broker: Option<Broker>,
+    report: Mutex<ScalerReport>,
+    self_id: String,
+}
+
+fn unix_ms() -> u64 {
+    crate::rotation::unix_ms()
+}
+
+impl Scaler {
+    pub fn new(settings: ScalerSettings, broker: Option<Broker>, self_id: String) -> Arc<Self> {
+        Arc::new(Scaler {
+            settings: arc_swap::ArcSwap::from_pointee(settings),
+            report: Mutex::new(ScalerReport {
+                broker: broker.is_some(),
+                ..Default::default()
+            }),
+            broker,
+            self_id,
+        })
+    }
+
+    pub fn report(&self) -> ScalerReport {
+        self.report.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ScalerReport)) {
+        if let Ok(mut r) = self.report.lock() {
+            f(&mut r);
+        }
+    }
+
+    /// One manual scale event through the broker (`gearlb ctl scale up|down`).
+    pub async fn manual(&self, event: &str) -> (Outcome, String) {
+        match &self.broker {
+            Some(b) => {
+                let r = b.event(event).await;
+                info!(event, result = %r.1, "manual scale event");
+                self.update(|rep| rep.last_event = Some(format!("manual {}", r.1)));
+                r
+            }
+            None => (
+                Outcome::Failed,
+                "no broker configured (OPENSHIFT_BROKER_HOST or scaler.broker_url)".into(),
+            ),
+        }
+    }
+
+    fn election(&self, view: &ClusterView, names: &HashMap<String, String>) -> Election {
+        let s = self.settings.load();
+        let mut cands = vec![Candidate {
+            id: self.self_id.clone(),
+            name: names.get(&self.self_id).cloned(),
+            live: true,
+        }];
+        for p in &view.peers {
+            if let Some(id) = &p.id {
+                if p.known || p.live {
+                    cands.push(Candidate {
+                        id: id.clone(),
+                        name: p.name.clone().or_else(|| names.get(id).cloned()),
+                        live: p.live,
+                    });
+                }
+            }
+        }
+        elect(
+            &self.self_id,
+            &cands,
+            s.preferred.as_deref(),
+            s.app_name.as_deref(),
+        )
+    }
+
+    /// Check every interval until `stop`; act when elected.
+    pub async fn run(
+        self: Arc<Self>,
+        cluster: Option<Arc<Cluster>>,
+        router: Arc<Router>,
+        own_load: Arc<dyn Fn() -> f64 + Send + Sync>,
+        self_name: Option<String>,
+        stop: CancellationToken,
+    ) {
+        let mut state = PolicyState::starting(unix_ms());
+        let mut names: HashMap<String, String> = HashMap::new();
+        if let Some(n) = &self_name {
+            names.insert(self.self_id.clone(), n.clone());
+        }
+        let mut limits: Option<(broker::Limits, u64)> = None;
+        let mut was_acting = false;
+        let mut last_belief = String::new();
+        let mut last_seen_event: Option<ScaleEvent> = None;
+        loop {
+            let interval = self.settings.load().check_interval;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let s = self.settings.load_full();
+            let view = match &cluster {
+                Some(c) => (*c.view()).clone(),
+                None => ClusterView::single(&self.self_id),
+            };
+            for p in &view.peers {
+                if let (Some(id), Some(n)) = (&p.id, &p.name) {
+                    names.insert(id.clone(), n.clone());
+                }
+            }
+            let e = self.election(&view, &names);
+            let belief = e.scaler.clone().unwrap_or_default();
+            if belief != last_belief {
+                info!(scaler = %belief, acting = e.acts, live = e.live, known = e.known, "scaler elected");
+                if let Some(c) = &cluster {
+                    c.publish("scaler", belief.clone()).await;
+                }
+                last_belief = belief;
+            }
+            if e.acts != was_acting {
+                if e.acts {
+                    info!("this balancer is now the scaler");
+                } else {
+                    info!(quorum = e.quorum, "this balancer stopped acting as scaler");
+                }
+                was_acting = e.acts;
+            }
+            // A successor keeps its predecessor's cooldown.
+            if let Some(ev) = view.scale_events.iter().max_by_key(|e| e.at_ms) {
+                if last_seen_event.as_ref().is_none_or(|l| l.at_ms < ev.at_ms)
+                    && ev.event == "scale-up"
+                {
+                    state.last_up_ms = state.last_up_ms.max(ev.at_ms);
+                    state.pending_up_gears = Some(ev.gears);
+                    last_seen_event = Some(ev.clone());
+                }
+            }
+            // Gear ratio: on every balancer, scaler or not.
+            {
+                let table = router.snapshot();
+                if table.get("local-gear").is_some() {
+                    let remote_up = table.entries().iter().any(|e| {
+                        e.backend.name() != "local-gear"
+                            && e.up
+                            && e.admin == crate::routing::Admin::Active
+                    });
+                    let park = park_local_gear(
+                        table.entries().len(),
+                        e.live.max(1),
+                        s.gear_ratio,
+                        remote_up,
+                    );
+                    if router.set_parked("local-gear", park) {
+                        info!(
+                            parked = park,
+                            web_gears = table.entries().len(),
+                            balancers = e.live,
+                            "local-gear {} by the gear ratio",
+                            if park {
+                                "out of selection"
+                            } else {
+                                "back in selection"
+                            }
+                        );
+                    }
+                }
+            }
+            let sessions = own_load()
+                + view
+                    .peers
+                    .iter()
+                    .filter(|p| p.live)
+                    .filter_map(|p| p.load.as_ref())
+                    .map(|l| l.sessions_avg)
+                    .sum::<f64>();
+            let gears = router.load().entries().len();
+            let marker_set = s.marker.as_ref().is_some_and(|m| m.exists());
+            let enabled = s.enabled && !marker_set;
+            self.update(|r| {
+                r.scaler = e.scaler.clone();
+                r.acting = e.acts;
+                r.quorum = e.quorum;
+                r.live = e.live;
+                r.known = e.known;
+                r.enabled = enabled;
+                r.sessions = sessions;
+                r.gears = gears;
+            });
+            if !e.acts || !enabled {
+                continue;
+            }
+            let Some(b) = &self.broker else { continue };
+            let now = unix_ms();
+            if limits.is_none_or(|(_, at)| now.saturating_sub(at) > 300_000) {
+                match b.limits().await {
+                    Ok(l) => limits = Some((l, now)),
+                    Err(err) => {
+                        warn!(error = %err, "could not read the application's scale limits")
+                    }
+                }
+            }
+            let (min, max) = limits.map(|(l, _)| (l.min, l.max)).unwrap_or((1, None));
+            let sample = Sample {
+                now_ms: now,
+                sessions,
+                gears,
+                scale_min: min,
+                scale_max: max,
+            };
+            let decision = policy::decide(&mut state, &sample, &s.policy);
+            self.update(|r| r.capacity = (state.capacity * 10.0).round() / 10.0);
+            let event = match decision {
+                Decision::ScaleUp => "scale-up",
+                Decision::ScaleDown => "scale-down",
+                Decision::Hold => continue,
+            };
+            info!(
+                event,
+                capacity = state.capacity,
+                sessions,
+                gears,
+                "scale decision"
+            );
+            let (outcome, text) = b.event(event).await;
+            match outcome {
+                Outcome::Done => info!("{text}"),
+                Outcome::AtLimit => {
+                    info!("{text}");
+                    limits = None;
+                }
+                Outcome::Failed => warn!("{text}; no decision for {:?}", s.policy.error_backoff),
+            }
+            policy::record(&mut state, &decision, outcome, gears, unix_ms(), &s.policy);
+            if outcome == Outcome::Done {
+                let ev = ScaleEvent {
+                    event: event.to_string(),
+                    at_ms: unix_ms(),
+                    gears,
+                };
+                if let (Some(c), Ok(v)) = (&cluster, serde_json::to_string(&ev)) {
+                    c.publish("scale", v).await;
+                }
+                last_seen_event = Some(ev);
+            }
+            self.update(|r| r.last_event = Some(text));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: &str, name: Option<&str>, live: bool) -> Candidate {
+        Candidate {
+            id: id.into(),
+            name: name.map(str::to_string),
+            live,
+        }
+    }
+
+    #[test]
+    fn preferred_then_head_then_id() {
+        let all = vec![
+            c("b", Some("5f2a"), true),
+            c("a", Some("x9"), true),
+            c("h", Some("myapp"), true),
+        ];
+        assert_eq!(
+            elect("a", &all, None, Some("myapp")).scaler.as_deref(),
+            Some("h"),
+            "head gear"
+        );
+        assert_eq!(
+            elect("a", &all, Some("5f2a"), Some("myapp"))
+                .scaler
+                .as_deref(),
+            Some("b"),
+            "preferred by name"
+        );
+        assert_eq!(
+            elect("a", &all, Some("b"), None).scaler.as_deref(),
+            Some("b"),
+            "preferred by id"
+        );
+        assert_eq!(
+            elect("a", &all, None, None).scaler.as_deref(),
+            Some("a"),
+            "lowest id"
+        );
+        assert!(elect("a", &all, None, None).acts);
+        assert!(!elect("b", &all, None, None).acts, "others only believe");
+    }
+
+    #[test]
+    fn the_highest_ranked_live_one_takes_over() {
+        let all = vec![c("a", None, false), c("b", None, true), c("c", None, true)];
+        let e = elect("b", &all, Some("a"), None);
+        assert_eq!(e.scaler.as_deref(), Some("b"));
+        assert!(e.acts, "2 of 3 live is a majority");
+    }
+
+    #[test]
+    fn partitions_never_give_two_acting_scalers() {
+        // Every split of 1..=5 balancers: at most one side has an acting scaler.
+        let ids = ["a", "b", "c", "d", "e"];
+        for n in 1..=5 {
+            for mask in 0u32..(1 << n) {
+                let mut acting = 0;
+                for side in [true, false] {
+                    let members: Vec<&str> = (0..n)
+                        .filter(|i| ((mask >> i) & 1 == 1) == side)
+                        .map(|i| ids[i])
+                        .collect();
+                    for me in &members {
+                        let view: Vec<Candidate> = (0..n)
+                            .map(|i| c(ids[i], None, members.contains(&ids[i])))
+                            .collect();
+                        if elect(me, &view, Some("c"), None).acts {
+                            acting += 1;
+                        }
+                    }
+                }
+                assert!(acting <= 1, "n={n} mask={mask:b}: {acting} acting scalers");
+                if n % 2 == 1 || mask == 0 || mask == (1 << n) - 1 {
+                    assert_eq!(
+                        acting, 1,
+                        "n={n} mask={mask:b}: someone must act when a majority exists"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gear_ratio_parks_the_local_gear() {
+        assert!(!park_local_gear(2, 1, 3, true), "2 web gears per balancer");
+        assert!(park_local_gear(3, 1, 3, true));
+        assert!(
+            !park_local_gear(3, 1, 3, false),
+            "never without a remote gear up"
+        );
+        assert!(
+            park_local_gear(5, 2, 3, true),
+            "2.5 rounds to 3, as Ruby's round did"
+        );
+        assert!(!park_local_gear(4, 2, 3, true), "2 per balancer");
+        assert!(park_local_gear(6, 2, 3, true));
+        assert!(!park_local_gear(100, 1, -1, true), "-1 turns it off");
+        assert!(park_local_gear(3, 1, 1, true), "values under 3 count as 3");
+        assert!(!park_local_gear(2, 1, 1, true));
+        assert!(park_local_gear(4, 1, 4, true));
+        assert!(!park_local_gear(3, 1, 4, true));
+    }
+
+    #[test]
+    fn exactly_half_acts_only_when_it_outranks_the_unseen() {
+        let view_a = vec![c("a", None, true), c("b", None, false)];
+        let view_b = vec![c("a", None, false), c("b", None, true)];
+        assert!(elect("a", &view_a, None, None).acts);
+        assert!(!elect("b", &view_b, None, None).acts);
+    }
+}

@@ -1,0 +1,397 @@
+//! The scaler with real processes and a real HTTPS broker on 127.0.0.1.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn scaler_extra(broker: &TestBroker) -> String {
+    format!(
+        "[scaler]\nbroker_ca = \"{}\"\ncheck_interval = \"200ms\"\naverage_window = \"1s\"\nmax_sessions_per_gear = 1\nup_cooldown = \"4s\"\n",
+        broker.ca_file.display()
+    )
+}
+
+fn start(dir: &std::path::Path, config: &str, broker: &TestBroker) -> Gearlb {
+    let env = broker.gear_env(&dir.join("home"));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Gearlb::start_with(dir, config, &[], &env)
+}
+
+/// Keep `n` slow requests in flight through `proxy` until `stop` (bounded to 30 s).
+fn load(
+    proxy: std::net::SocketAddr,
+    n: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let end = Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                    let _ = get(proxy, "/slow?ms=400", &[]).await;
+                }
+            })
+        })
+        .collect()
+}
+
+fn scaler_of(lb: &Gearlb) -> (String, bool) {
+    let s = lb.status_json();
+    (
+        s["scaler"]["scaler"].as_str().unwrap_or("").to_string(),
+        s["scaler"]["acting"].as_bool().unwrap_or(false),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_scaler_scales_up_once_and_another_takes_over() {
+    let broker = TestBroker::start(1, 10).await;
+    let g0 = TestBackend::start("g0").await;
+    let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
+    let mut lbs: Vec<Gearlb> = (0..3)
+        .map(|i| {
+            let id = format!("lb{}", i + 1);
+            let cfg = cluster_config(dirs[i].path(), &id, SECRET, &scaler_extra(&broker));
+            start(dirs[i].path(), &cfg, &broker)
+        })
+        .collect();
+    let list = peer_list(&[("lb1", &lbs[0]), ("lb2", &lbs[1]), ("lb3", &lbs[2])]);
+    let entry = format!("g0-ns.example.com|{}", g0.addr);
+    for lb in &lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+        assert_eq!(lb.ctl(&["update-cluster", &entry]).0, 0);
+    }
+    // Every balancer agrees: lb1 (lowest id, no preference, no head gear) is the scaler.
+    let agreed = eventually(Duration::from_secs(8), || {
+        lbs.iter().all(|lb| scaler_of(lb).0 == "lb1") && scaler_of(&lbs[0]).1
+    })
+    .await;
+    assert!(
+        agreed,
+        "{:?}",
+        lbs.iter().map(scaler_of).collect::<Vec<_>>()
+    );
+    assert!(
+        !scaler_of(&lbs[1]).1 && !scaler_of(&lbs[2]).1,
+        "only one acts"
+    );
+
+    // Load through the other two balancers: the scaler adds it up and asks once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = load(lbs[1].proxy, 2, stop.clone());
+    tasks.extend(load(lbs[2].proxy, 2, stop.clone()));
+    let up = eventually(Duration::from_secs(8), || !broker.events().is_empty()).await;
+    assert!(up, "no scale-up under load");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let events = broker.events();
+    assert_eq!(
+        events,
+        vec![("scale-up".to_string(), "lb1".to_string())],
+        "exactly one scale-up, from lb1"
+    );
+
+    // Kill the scaler: another takes over within 5 s, and the next decision is its own.
+    let _ = lbs[0].child.kill();
+    let _ = lbs[0].child.wait();
+    let t = Instant::now();
+    let took_over = eventually(Duration::from_secs(8), || {
+        scaler_of(&lbs[1]) == ("lb2".to_string(), true)
+    })
+    .await;
+    assert!(took_over, "{:?}", scaler_of(&lbs[1]));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(scaler_of(&lbs[2]).0, "lb2");
+    let second = eventually(Duration::from_secs(10), || broker.events().len() >= 2).await;
+    assert!(second, "no decision from the new scaler");
+    assert_eq!(
+        broker.events()[1],
+        ("scale-up".to_string(), "lb2".to_string())
+    );
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(lbs.remove(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disable_marker_stops_decisions_without_a_restart() {
+    let broker = TestBroker::start(1, 10).await;
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let marker = dir
+        .path()
+        .join("home/repo/.openshift/markers/disable_auto_scaling");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(&marker, "").unwrap();
+    let lb = start(dir.path(), &cfg, &broker);
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = load(lb.proxy, 3, stop.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        broker.events().is_empty(),
+        "decisions while the marker is there"
+    );
+    assert_eq!(lb.status_json()["scaler"]["enabled"], false);
+    std::fs::remove_file(&marker).unwrap();
+    let up = eventually(Duration::from_secs(5), || !broker.events().is_empty()).await;
+    assert!(up, "no decision after the marker went away");
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_scaling_from_any_balancer_and_the_limit() {
+    let broker = TestBroker::start(1, 2).await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[],
+        &format!("{}enabled = false\n", scaler_extra(&broker)),
+    );
+    let lb = start(dir.path(), &cfg, &broker);
+    let (code, out, err) = lb.ctl(&["scale", "up"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The application is at scale_max now: 422 is reported, not an error.
+    let (code, out, _) = lb.ctl(&["scale", "up"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("limit"), "{out}");
+    let (code, _, _) = lb.ctl(&["scale", "sideways"]);
+    assert_eq!(code, 64);
+    assert_eq!(broker.events().len(), 2);
+}
+
+/// lb1 in its own network namespace with two links to the root namespace: one carries
+/// gossip (cut to partition), the other traffic and the broker (kept up).
+struct SplitNet {
+    ns: String,
+    gossip_if: String,
+}
+
+const A_GOSSIP: &str = "169.254.77.1";
+const ROOT_GOSSIP: &str = "169.254.77.2";
+const A_TRAFFIC: &str = "169.254.78.1";
+const ROOT_TRAFFIC: &str = "169.254.78.2";
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("the `ip` command (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl SplitNet {
+    fn new() -> SplitNet {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the partition test needs root (network namespaces); CI runs as root"
+        );
+        let tag = std::process::id() % 100_000;
+        let ns = format!("gls-{tag}");
+        let net = SplitNet {
+            ns: ns.clone(),
+            gossip_if: format!("glsg{tag}"),
+        };
+        ip(&["netns", "add", &ns]);
+        for (inner, outer, a, root) in [
+            (
+                format!("glsg{tag}"),
+                format!("glrg{tag}"),
+                A_GOSSIP,
+                ROOT_GOSSIP,
+            ),
+            (
+                format!("glst{tag}"),
+                format!("glrt{tag}"),
+                A_TRAFFIC,
+                ROOT_TRAFFIC,
+            ),
+        ] {
+            ip(&[
+                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+            ]);
+            ip(&["link", "set", &inner, "netns", &ns]);
+            ip(&["-n", &ns, "addr", "add", &format!("{a}/24"), "dev", &inner]);
+            ip(&["addr", "add", &format!("{root}/24"), "dev", &outer]);
+            ip(&["-n", &ns, "link", "set", &inner, "up"]);
+            ip(&["link", "set", &outer, "up"]);
+        }
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        net
+    }
+
+    fn cut_gossip(&self) {
+        ip(&["-n", &self.ns, "link", "set", &self.gossip_if, "down"]);
+    }
+}
+
+impl Drop for SplitNet {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes the veth pairs (and their root-side ends).
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_two_one_partition_only_the_majority_side_scales() {
+    let net = SplitNet::new();
+    let broker = TestBroker::start_on(format!("{ROOT_TRAFFIC}:0").parse().unwrap(), 1, 10).await;
+    let g0 = TestBackend::start_on("g0", format!("{ROOT_TRAFFIC}:0").parse().unwrap()).await;
+    let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
+    // lb1 is preferred: the scaler while the cluster is whole.
+    let config = |i: usize, gossip: &str, proxy: &str| {
+        let dir = dirs[i].path();
+        format!(
+            "[listen]\nproxy = \"{proxy}:0\"\nstatus = \"127.0.0.1:0\"\n[control]\nsocket = \"{}\"\n[state]\ndir = \"{}\"\n\
+             [cluster]\nnode_id = \"lb{}\"\nid = \"app1\"\nlisten = \"{gossip}:0\"\nsecret = \"{SECRET}\"\ngossip_interval = \"100ms\"\n\
+             {}preferred = \"lb1\"\n",
+            dir.join("control.sock").display(),
+            dir.join("data").display(),
+            i + 1,
+            scaler_extra(&broker)
+        )
+    };
+    let env_for = |i: usize| broker.gear_env(&dirs[i].path().join("home"));
+    let start_at = |i: usize, prefix: &[&str], cfg: String| {
+        let path = dirs[i].path().join("gearlb.toml");
+        std::fs::write(&path, cfg).unwrap();
+        let env = env_for(i);
+        let mut cmd: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+        cmd.push("env".into());
+        for (k, v) in &env {
+            cmd.push(format!("{k}={v}"));
+        }
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        Gearlb::start_in(dirs[i].path(), &path, &cmd)
+    };
+    let lb1 = start_at(
+        0,
+        &["ip", "netns", "exec", &net.ns],
+        config(0, A_GOSSIP, A_TRAFFIC),
+    );
+    let lb2 = start_at(1, &[], config(1, ROOT_GOSSIP, "127.0.0.1"));
+    let lb3 = start_at(2, &[], config(2, ROOT_GOSSIP, "127.0.0.1"));
+    let lbs = [&lb1, &lb2, &lb3];
+    let list = peer_list(&[("lb1", &lb1), ("lb2", &lb2), ("lb3", &lb3)]);
+    let entry = format!("g0-ns.example.com|{}", g0.addr);
+    for lb in lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+        assert_eq!(lb.ctl(&["update-cluster", &entry]).0, 0);
+    }
+    let whole = eventually(Duration::from_secs(10), || {
+        lbs.iter().all(|lb| scaler_of(lb).0 == "lb1") && scaler_of(&lb1).1
+    })
+    .await;
+    assert!(
+        whole,
+        "{:?}",
+        lbs.iter().map(|lb| scaler_of(lb)).collect::<Vec<_>>()
+    );
+
+    net.cut_gossip();
+    let split = eventually(Duration::from_secs(8), || {
+        scaler_of(&lb2) == ("lb2".to_string(), true) && !scaler_of(&lb1).1
+    })
+    .await;
+    assert!(split, "lb1 {:?} lb2 {:?}", scaler_of(&lb1), scaler_of(&lb2));
+    assert_eq!(lb1.status_json()["scaler"]["quorum"], false);
+
+    // Load on both sides of the partition; only the majority side may ask the broker.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = load(lb1.proxy, 3, stop.clone());
+    tasks.extend(load(lb2.proxy, 3, stop.clone()));
+    let asked = eventually(Duration::from_secs(8), || !broker.events().is_empty()).await;
+    assert!(asked, "the majority side did not scale");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = broker.events();
+    assert!(events.iter().all(|(_, node)| node == "lb2"), "{events:?}");
+    assert!(!scaler_of(&lb1).1, "the minority balancer never acts");
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gear_ratio_takes_the_local_gear_out_and_back() {
+    let local = TestBackend::start("local").await;
+    let r1 = TestBackend::start("r1").await;
+    let r2 = TestBackend::start("r2").await;
+    let dir = workdir();
+    let cfg = config_text(dir.path(), &[], "[scaler]\ncheck_interval = \"100ms\"\n");
+    let lb = Gearlb::start_with(
+        dir.path(),
+        &cfg,
+        &[],
+        &[
+            ("GEARLB_LOCAL_GEAR", &local.addr.to_string()),
+            ("OPENSHIFT_GEAR_DNS", "myapp-ns.example.com"),
+            ("OPENSHIFT_GEARLB_GEAR_RATIO", "3"),
+        ],
+    );
+    // Our own entry becomes local-gear (reached directly), with the shared sticky value.
+    let entries = format!(
+        "myapp-ns.example.com|127.0.0.1:9 r1-ns.example.com|{} r2-ns.example.com|{}",
+        r1.addr, r2.addr
+    );
+    assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    let mut names = lb.backend_names();
+    names.sort();
+    assert_eq!(names, vec!["gear-r1-ns", "gear-r2-ns", "local-gear"]);
+    // Three web gears for one balancer: local-gear takes no traffic.
+    assert!(
+        eventually(Duration::from_secs(3), || backend_state(&lb, "local-gear")
+            == "drained")
+        .await
+    );
+    let before = local.requests();
+    for _ in 0..20 {
+        let got = get(lb.proxy, "/", &[("cookie", "GEAR=myapp-ns")])
+            .await
+            .unwrap();
+        assert_ne!(got.text(), "backend local");
+    }
+    assert_eq!(local.requests(), before);
+    // Two gears: it serves again.
+    let entries = format!(
+        "myapp-ns.example.com|127.0.0.1:9 r1-ns.example.com|{}",
+        r1.addr
+    );
+    assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    assert!(
+        eventually(Duration::from_secs(3), || backend_state(&lb, "local-gear")
+            == "up")
+        .await
+    );
+    let got = get(lb.proxy, "/", &[("cookie", "GEAR=myapp-ns")])
+        .await
+        .unwrap();
+    assert_eq!(
+        got.text(),
+        "backend local",
+        "the sticky value of the own gear is <gearname>-<ns>"
+    );
+}
