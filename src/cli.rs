@@ -48,6 +48,8 @@ pub enum Command {
         #[arg(long)]
         log_requests: bool,
     },
+    /// Local showcase: 3 web gears, 2 gossiping balancers, a broker that really scales.
+    Demo,
     /// Validate the configuration; exit 64 listing every problem.
     Check {
         #[arg(long, short)]
@@ -149,6 +151,7 @@ pub fn main() -> i32 {
             log_requests,
         } => run(config.as_deref(), log_format, log_requests),
         Command::Check { config } => check(config.as_deref()),
+        Command::Demo => demo(),
         Command::Ctl {
             socket,
             config,
@@ -271,6 +274,53 @@ fn run(flag: Option<&Path>, log_format: LogFormat, log_requests: bool) -> i32 {
         });
         server.run(stop).await;
         0
+    })
+}
+
+fn demo() -> i32 {
+    // The demo prints its own summary; logs only for problems unless asked.
+    if std::env::var_os("GEARLB_LOG").is_none() && std::env::var_os("RUST_LOG").is_none() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_writer(std::io::stderr)
+            .try_init();
+    } else {
+        init_logging(LogFormat::Text);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gearlb: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async {
+        let stop = CancellationToken::new();
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            eprintln!("gearlb: cannot install signal handlers");
+            return 1;
+        };
+        let s = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            s.cancel();
+        });
+        match crate::demo::run(stop).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("gearlb demo: {e:#}");
+                1
+            }
+        }
     })
 }
 

@@ -21,6 +21,7 @@
 //!   [`stats::sampler`] rates); [`status`]: the status listener (HTML page, HAProxy
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
+//! - [`demo`]: `gearlb demo`, the whole system in one process.
 //! - [`cli`]: the command line.
 //!
 //! The request path reads an immutable routing snapshot and atomic counters only: it
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod control;
+pub mod demo;
 pub mod gear;
 pub mod health;
 pub mod metrics;
