@@ -296,7 +296,7 @@ pub async fn run(stop: CancellationToken) -> anyhow::Result<()> {
         2,
         &secret,
         broker_addr,
-        &[g1.clone()],
+        std::slice::from_ref(&g1),
     ))
     .await?;
     let g2 = s2.app().cluster_view().advertise;
