@@ -15,7 +15,9 @@ ROUNDS=${ROUNDS:-20}
 SIZES=${SIZES:-"2 3 10"}
 GOSSIP=${GOSSIP:-200ms}
 BIN=target/release/gearlb
-[ -x "$BIN" ] && [ -z "$(find src Cargo.toml -newer "$BIN" -print -quit)" ] || cargo build --release --quiet
+if [ ! -x "$BIN" ] || [ -n "$(find src Cargo.toml -newer "$BIN" -print -quit)" ]; then
+  cargo build --release --quiet
+fi
 TMP=$(mktemp -d)
 pids=()
 cleanup() {

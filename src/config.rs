@@ -813,6 +813,17 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     if let Some(uuid) = env.var("OPENSHIFT_GEAR_UUID") {
         cfg.cluster.node_id = Some(uuid);
     }
+    // Set by the cartridge's bin/control: the node's public IP and the port proxy's
+    // public port for the gossip endpoint.
+    if let Some(a) = env.var("GEARLB_GOSSIP_ADVERTISE") {
+        match a.parse() {
+            Ok(a) => cfg.cluster.advertise = Some(a),
+            Err(_) => problems.push(Problem {
+                path: "env GEARLB_GOSSIP_ADVERTISE".into(),
+                message: format!("{a:?} is not an ip:port address"),
+            }),
+        }
+    }
     if let Some(app) = env.var("OPENSHIFT_APP_UUID") {
         cfg.cluster.id = app;
     }

@@ -453,6 +453,11 @@ impl Router {
         self.edit(|e| e.backend.name() == name, |e| e.parked = parked)
     }
 
+    /// Park or unpark every backend `pick` selects. True when something changed.
+    pub fn set_parked_where(&self, pick: impl Fn(&Entry) -> bool, parked: bool) -> bool {
+        self.edit(pick, |e| e.parked = parked)
+    }
+
     /// Notified (a generation number) whenever the table changes.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()

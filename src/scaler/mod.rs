@@ -292,27 +292,38 @@ impl Scaler {
                     last_seen_event = Some(ev.clone());
                 }
             }
-            // Gear ratio: on every balancer, scaler or not.
+            // Gear ratio, on every balancer, scaler or not: the web servers colocated
+            // with balancers (ours is `local-gear`; the others are the gears named like
+            // a known balancer) take no traffic, the same on every balancer.
             {
+                let mut balancer_names: Vec<&str> = names.values().map(String::as_str).collect();
+                balancer_names.extend(view.peers.iter().filter_map(|p| p.id.as_deref()));
+                balancer_names.push(&self.self_id);
+                let colocated = |e: &crate::routing::Entry| {
+                    e.backend.name() == "local-gear"
+                        || e.backend
+                            .sticky
+                            .rsplit_once('-')
+                            .is_some_and(|(n, _)| balancer_names.contains(&n))
+                };
                 let table = router.snapshot();
-                if table.get("local-gear").is_some() {
-                    let remote_up = table.entries().iter().any(|e| {
-                        e.backend.name() != "local-gear"
-                            && e.up
-                            && e.admin == crate::routing::Admin::Active
-                    });
+                if table.entries().iter().any(&colocated) {
+                    let remote_up = table
+                        .entries()
+                        .iter()
+                        .any(|e| !colocated(e) && e.up && e.admin == crate::routing::Admin::Active);
                     let park = park_local_gear(
                         table.entries().len(),
                         e.live.max(1),
                         s.gear_ratio,
                         remote_up,
                     );
-                    if router.set_parked("local-gear", park) {
+                    if router.set_parked_where(colocated, park) {
                         info!(
                             parked = park,
                             web_gears = table.entries().len(),
                             balancers = e.live,
-                            "local-gear {} by the gear ratio",
+                            "gears colocated with balancers {} by the gear ratio",
                             if park {
                                 "out of selection"
                             } else {
