@@ -63,6 +63,7 @@ pub struct App {
     namespace: Option<String>,
     rotations: Arc<Rotations>,
     scaler: Arc<Scaler>,
+    rotation_counters: Arc<crate::metrics::RotationCounters>,
     self_name: Option<String>,
     /// The web server in this gear, always a backend when configured.
     local_gear: Option<BackendSpec>,
@@ -253,13 +254,21 @@ impl Server {
             .or_else(|| cfg.gear.uuid.clone())
             .unwrap_or_else(|| "self".into());
         frontend.set_average_window(cfg.scaler.average_window);
+        let rotation_counters = Arc::new(crate::metrics::RotationCounters::default());
         let scaler = Scaler::new(
             scaler_settings(&cfg),
             build_broker(&cfg, &self_id),
             self_id.clone(),
         );
+        let mut metrics = metrics;
+        metrics.register(crate::metrics::ClusterCollector {
+            cluster: cluster.clone(),
+            scaler: scaler.clone(),
+            rotations: rotation_counters.clone(),
+        });
         let app = Arc::new(App {
             router,
+            rotation_counters,
             scaler,
             self_name: cfg.gear.name.clone(),
             local_gear: local_gear_spec(&cfg),
@@ -920,6 +929,17 @@ impl App {
             },
         );
         info!(gear = %label, ok, forced = total_forced, "{verb} finished");
+        let rc = &self.rotation_counters;
+        let counter = match (op, ok) {
+            (Op::Out, true) => &rc.out_ok,
+            (Op::Out, false) => &rc.out_failed,
+            (Op::In, true) => &rc.in_ok,
+            (Op::In, false) => &rc.in_failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        rc.forced.fetch_add(total_forced, Ordering::Relaxed);
+        rc.duration_ms
+            .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         Reply {
             exit_code: if ok { 0 } else { 1 },
             message,

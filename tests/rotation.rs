@@ -126,6 +126,22 @@ async fn rotate_out_waits_for_every_balancer_and_persists_until_rotate_in() {
         reached |= get(lbs[0].proxy, "/", &[]).await.unwrap().text() == "backend g0";
     }
     assert!(reached, "g0 takes traffic again");
+
+    // Metrics: the rotations taken here, gossip peers, rejected frames, the scaler.
+    let m = get(lbs[0].status, "/metrics", &[]).await.unwrap().text();
+    for want in [
+        "gearlb_rotations_total{op=\"out\",result=\"success\"} 1",
+        "gearlb_gossip_peers{state=\"live\"} 2",
+        "gearlb_gossip_frames_rejected_total{reason=\"bad_tag\"} 0",
+        "gearlb_scaler_acting 1",
+    ] {
+        assert!(m.contains(want), "{want} not in:\n{m}");
+    }
+    let m = get(lbs[2].status, "/metrics", &[]).await.unwrap().text();
+    assert!(
+        m.contains("gearlb_rotations_total{op=\"in\",result=\"success\"} 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

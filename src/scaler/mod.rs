@@ -158,6 +158,8 @@ pub struct ScaleEvent {
 pub struct Scaler {
     pub settings: arc_swap::ArcSwap<ScalerSettings>,
     broker: Option<Broker>,
+    /// scale-up, scale-down decisions; broker done, at limit, failed.
+    counts: [std::sync::atomic::AtomicU64; 5],
     report: Mutex<ScalerReport>,
     self_id: String,
 }
@@ -170,6 +172,7 @@ impl Scaler {
     pub fn new(settings: ScalerSettings, broker: Option<Broker>, self_id: String) -> Arc<Self> {
         Arc::new(Scaler {
             settings: arc_swap::ArcSwap::from_pointee(settings),
+            counts: Default::default(),
             report: Mutex::new(ScalerReport {
                 broker: broker.is_some(),
                 ..Default::default()
@@ -177,6 +180,21 @@ impl Scaler {
             broker,
             self_id,
         })
+    }
+
+    /// (scale-up decisions, scale-down decisions, broker calls done, at limit, failed).
+    pub fn counters(&self) -> (u64, u64, u64, u64, u64) {
+        let r = |i: usize| self.counts[i].load(std::sync::atomic::Ordering::Relaxed);
+        (r(0), r(1), r(2), r(3), r(4))
+    }
+
+    fn count_call(&self, outcome: Outcome) {
+        let i = match outcome {
+            Outcome::Done => 2,
+            Outcome::AtLimit => 3,
+            Outcome::Failed => 4,
+        };
+        self.counts[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn report(&self) -> ScalerReport {
@@ -194,6 +212,7 @@ impl Scaler {
         match &self.broker {
             Some(b) => {
                 let r = b.event(event).await;
+                self.count_call(r.0);
                 info!(event, result = %r.1, "manual scale event");
                 self.update(|rep| rep.last_event = Some(format!("manual {}", r.1)));
                 r
@@ -389,7 +408,10 @@ impl Scaler {
                 gears,
                 "scale decision"
             );
+            self.counts[usize::from(event == "scale-down")]
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (outcome, text) = b.event(event).await;
+            self.count_call(outcome);
             match outcome {
                 Outcome::Done => info!("{text}"),
                 Outcome::AtLimit => {

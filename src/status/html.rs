@@ -549,6 +549,19 @@ fn backends(h: &mut String, r: &StatusReport) {
 
 fn peers(h: &mut String, r: &StatusReport) {
     h.push_str("<h2>Peers</h2>\n<section class=\"panel\" id=\"peers\">");
+    if let Some(sc) = &r.scaler {
+        let _ = writeln!(
+            h,
+            "<p class=\"scaler\">scaler: <b>{}</b>{} · {} of {} known balancers live · quorum {} · auto-scaling {}{}</p>",
+            esc(sc.scaler.as_deref().unwrap_or("none")),
+            if sc.acting { " (this balancer)" } else { "" },
+            sc.live,
+            sc.known,
+            if sc.quorum { "yes" } else { "<b>no</b>" },
+            if sc.enabled { "on" } else { "off" },
+            if sc.broker { "" } else { " (no broker configured)" },
+        );
+    }
     if r.peers.is_empty() {
         h.push_str("<p class=\"empty\">single balancer — no peers yet</p></section>\n");
         return;
