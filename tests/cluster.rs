@@ -227,24 +227,9 @@ struct Netns {
 const ADDR_A: &str = "169.254.77.1";
 const ADDR_B: &str = "169.254.77.2";
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("the `ip` command (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl Netns {
     fn new() -> Netns {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "the partition test needs root (network namespaces); CI runs as root"
-        );
+        require_root();
         let tag = std::process::id() % 100_000;
         let (a, b) = (format!("glb-a{tag}"), format!("glb-b{tag}"));
         let n = Netns {

@@ -731,34 +731,11 @@ mod tests {
         membership_contract(handles).await;
     }
 
-    #[tokio::test]
-    async fn membership_over_the_authenticated_tcp_transport() {
-        let mut ts = Vec::new();
-        for _ in 0..3 {
-            let stats = Arc::new(GossipStats::default());
-            let t = GossipTransport::bind(
-                transport::Carrier::Tcp,
-                "127.0.0.1:0".parse().unwrap(),
-                None,
-                Auth::new("app", b"secret-0123456789abcdef"),
-                stats,
-            )
-            .await
-            .unwrap();
-            ts.push(t);
-        }
-        let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
-        let handles =
-            start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
-        membership_contract(handles).await;
-    }
-
-    #[tokio::test]
-    async fn membership_over_authenticated_udp() {
+    async fn authenticated(carrier: transport::Carrier) -> Vec<GossipTransport> {
         let mut ts = Vec::new();
         for _ in 0..3 {
             let t = GossipTransport::bind(
-                transport::Carrier::Udp,
+                carrier,
                 "127.0.0.1:0".parse().unwrap(),
                 None,
                 Auth::new("app", b"secret-0123456789abcdef"),
@@ -768,6 +745,21 @@ mod tests {
             .unwrap();
             ts.push(t);
         }
+        ts
+    }
+
+    #[tokio::test]
+    async fn membership_over_the_authenticated_tcp_transport() {
+        let ts = authenticated(transport::Carrier::Tcp).await;
+        let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
+        let handles =
+            start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;
+        membership_contract(handles).await;
+    }
+
+    #[tokio::test]
+    async fn membership_over_authenticated_udp() {
+        let ts = authenticated(transport::Carrier::Udp).await;
         let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
         let handles =
             start_three([&ts[0], &ts[1], &ts[2]], addrs, Duration::from_millis(200)).await;

@@ -855,3 +855,24 @@ async fn broker_route(
         _ => Response::builder().status(404).body(full("")).unwrap(),
     }
 }
+
+/// Run `ip ARGS…` (iproute2); panics with its error output on failure.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("the `ip` command (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Network-namespace tests need root; CI runs as root, so not being root is a failure.
+pub fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test needs root (network namespaces); CI runs as root"
+    );
+}
