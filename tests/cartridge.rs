@@ -156,6 +156,16 @@ impl Gear {
     }
 }
 
+impl Drop for Gear {
+    /// bin/control starts gearlb detached; a test that fails half-way must not leave it
+    /// running.
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.cart().join("run/gearlb.pid")) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).output();
+        }
+    }
+}
+
 /// Keep GETs flowing through `proxies` until `stop`; counts outcomes.
 fn traffic(
     proxies: Vec<SocketAddr>,

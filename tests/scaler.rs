@@ -179,49 +179,64 @@ async fn manual_scaling_from_any_balancer_and_the_limit() {
 }
 
 /// lb1 in its own network namespace with two links to the root namespace: one carries
-/// gossip (cut to partition), the other traffic and the broker (kept up).
+/// gossip (cut to partition), the other traffic and the broker (kept up). Each run uses
+/// its own link-local subnets, so a run never meets another run's addresses.
 struct SplitNet {
     ns: String,
     gossip_if: String,
+    root_ifs: [String; 2],
+    a_gossip: String,
+    root_gossip: String,
+    a_traffic: String,
+    root_traffic: String,
 }
-
-const A_GOSSIP: &str = "169.254.77.1";
-const ROOT_GOSSIP: &str = "169.254.77.2";
-const A_TRAFFIC: &str = "169.254.78.1";
-const ROOT_TRAFFIC: &str = "169.254.78.2";
 
 impl SplitNet {
     fn new() -> SplitNet {
         require_root();
         let tag = std::process::id() % 100_000;
         let ns = format!("gls-{tag}");
+        let (g, t) = (20 + tag % 100, 120 + tag % 100);
         let net = SplitNet {
             ns: ns.clone(),
             gossip_if: format!("glsg{tag}"),
+            root_ifs: [format!("glrg{tag}"), format!("glrt{tag}")],
+            a_gossip: format!("169.254.{g}.1"),
+            root_gossip: format!("169.254.{g}.2"),
+            a_traffic: format!("169.254.{t}.1"),
+            root_traffic: format!("169.254.{t}.2"),
         };
+        // A previous run killed before its clean-up may have left our names behind.
+        for stale in &net.root_ifs {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", stale])
+                .output();
+        }
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .output();
         ip(&["netns", "add", &ns]);
-        for (inner, outer, a, root) in [
+        let links = [
             (
                 format!("glsg{tag}"),
-                format!("glrg{tag}"),
-                A_GOSSIP,
-                ROOT_GOSSIP,
+                &net.root_ifs[0],
+                &net.a_gossip,
+                &net.root_gossip,
             ),
             (
                 format!("glst{tag}"),
-                format!("glrt{tag}"),
-                A_TRAFFIC,
-                ROOT_TRAFFIC,
+                &net.root_ifs[1],
+                &net.a_traffic,
+                &net.root_traffic,
             ),
-        ] {
-            ip(&[
-                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-            ]);
+        ];
+        for (inner, outer, a, root) in links {
+            ip(&["link", "add", &inner, "type", "veth", "peer", "name", outer]);
             ip(&["link", "set", &inner, "netns", &ns]);
             ip(&["-n", &ns, "addr", "add", &format!("{a}/24"), "dev", &inner]);
-            ip(&["addr", "add", &format!("{root}/24"), "dev", &outer]);
+            ip(&["addr", "add", &format!("{root}/24"), "dev", outer]);
             ip(&["-n", &ns, "link", "set", &inner, "up"]);
-            ip(&["link", "set", &outer, "up"]);
+            ip(&["link", "set", outer, "up"]);
         }
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
         net
@@ -234,7 +249,13 @@ impl SplitNet {
 
 impl Drop for SplitNet {
     fn drop(&mut self) {
-        // Deleting the namespace deletes the veth pairs (and their root-side ends).
+        // Delete the pairs from the root side: a namespace still referenced somewhere
+        // would otherwise keep them, with their addresses and routes.
+        for outer in &self.root_ifs {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", outer])
+                .output();
+        }
         let _ = std::process::Command::new("ip")
             .args(["netns", "del", &self.ns])
             .status();
@@ -244,8 +265,9 @@ impl Drop for SplitNet {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_two_one_partition_only_the_majority_side_scales() {
     let net = SplitNet::new();
-    let broker = TestBroker::start_on(format!("{ROOT_TRAFFIC}:0").parse().unwrap(), 1, 10).await;
-    let g0 = TestBackend::start_on("g0", format!("{ROOT_TRAFFIC}:0").parse().unwrap()).await;
+    let broker =
+        TestBroker::start_on(format!("{}:0", net.root_traffic).parse().unwrap(), 1, 10).await;
+    let g0 = TestBackend::start_on("g0", format!("{}:0", net.root_traffic).parse().unwrap()).await;
     let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
     // lb1 is preferred: the scaler while the cluster is whole.
     let config = |i: usize, gossip: &str, proxy: &str| {
@@ -276,10 +298,10 @@ async fn in_a_two_one_partition_only_the_majority_side_scales() {
     let lb1 = start_at(
         0,
         &["ip", "netns", "exec", &net.ns],
-        config(0, A_GOSSIP, A_TRAFFIC),
+        config(0, &net.a_gossip, &net.a_traffic),
     );
-    let lb2 = start_at(1, &[], config(1, ROOT_GOSSIP, "127.0.0.1"));
-    let lb3 = start_at(2, &[], config(2, ROOT_GOSSIP, "127.0.0.1"));
+    let lb2 = start_at(1, &[], config(1, &net.root_gossip, "127.0.0.1"));
+    let lb3 = start_at(2, &[], config(2, &net.root_gossip, "127.0.0.1"));
     let lbs = [&lb1, &lb2, &lb3];
     let list = peer_list(&[("lb1", &lb1), ("lb2", &lb2), ("lb3", &lb3)]);
     let entry = format!("g0-ns.example.com|{}", g0.addr);
@@ -293,8 +315,11 @@ async fn in_a_two_one_partition_only_the_majority_side_scales() {
     .await;
     assert!(
         whole,
-        "{:?}",
-        lbs.iter().map(|lb| scaler_of(lb)).collect::<Vec<_>>()
+        "{:?}\nlb1 peers: {}\nlb2 peers: {}\nlb1 log:\n{}",
+        lbs.iter().map(|lb| scaler_of(lb)).collect::<Vec<_>>(),
+        lb1.peers(),
+        lb2.peers(),
+        lb1.log_text()
     );
 
     net.cut_gossip();
