@@ -207,6 +207,23 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let settings = ctx.settings.load_full();
+    // The first byte must come within `request_header` too: hyper's head timer starts
+    // only once a head is being read (after telling HTTP/1 from h2c), so a connection
+    // that sends nothing would otherwise hold its slot until the `client` timeout.
+    let mut first = [0u8; 1];
+    let peeked = tokio::select! {
+        r = tokio::time::timeout(settings.timeouts.request_header, stream.peek(&mut first)) => r,
+        _ = shutdown.cancelled() => return,
+    };
+    match peeked {
+        Ok(Ok(n)) if n > 0 => {}
+        Ok(_) => return, // closed before sending anything
+        Err(_) => {
+            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+            debug!(client = %peer, "no request within {:?}, closing", settings.timeouts.request_header);
+            return;
+        }
+    }
     let last_io = Arc::new(AtomicU64::new(0));
     let conn_state = Arc::new(ConnState {
         client: ClientInfo {
