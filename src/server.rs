@@ -456,7 +456,8 @@ impl App {
 
     /// Save the state file: backends, peers, rotations.
     fn persist(&self) -> Result<(), String> {
-        let st = PersistedState {
+        // Snapshot under the store's lock: the rotation task saves concurrently.
+        let snapshot = || PersistedState {
             format: FORMAT,
             config_backends: self
                 .fingerprint
@@ -467,7 +468,7 @@ impl App {
             peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
             rotations: self.rotations.ops().into_values().collect(),
         };
-        self.store.save(&st).map_err(|e| e.to_string())
+        self.store.save_with(snapshot).map_err(|e| e.to_string())
     }
 
     /// Apply `update-cluster`: the complete list of web gears.

@@ -10,6 +10,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,15 +51,20 @@ pub enum StateError {
     Invalid { path: PathBuf, reason: String },
 }
 
-/// Reads and writes the state file of one state directory.
+/// Reads and writes the state file of one state directory. Clones share one lock:
+/// saves never run concurrently (they would share the temporary file).
 #[derive(Clone, Debug)]
 pub struct StateStore {
     dir: PathBuf,
+    writing: Arc<Mutex<()>>,
 }
 
 impl StateStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        StateStore { dir: dir.into() }
+        StateStore {
+            dir: dir.into(),
+            writing: Arc::default(),
+        }
     }
 
     pub fn path(&self) -> PathBuf {
@@ -92,6 +98,18 @@ impl StateStore {
 
     /// Write atomically; on error the previous file is untouched.
     pub fn save(&self, state: &PersistedState) -> Result<(), StateError> {
+        let _one_at_a_time = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        self.write(state)
+    }
+
+    /// Take the state with `snapshot` and write it, both under the store's lock, so
+    /// that of two concurrent saves the later snapshot is the one left on disk.
+    pub fn save_with(&self, snapshot: impl FnOnce() -> PersistedState) -> Result<(), StateError> {
+        let _one_at_a_time = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        self.write(&snapshot())
+    }
+
+    fn write(&self, state: &PersistedState) -> Result<(), StateError> {
         let path = self.path();
         let io = |source| StateError::Io {
             path: path.clone(),
@@ -227,6 +245,28 @@ mod tests {
         fs::create_dir(&tmp).unwrap();
         assert!(store.save(&state(5)).is_err());
         assert_eq!(store.load().unwrap(), Some(state(2)));
+    }
+
+    #[test]
+    fn concurrent_saves_never_collide() {
+        // Two saves at once used to share the temporary file: one failed with ENOENT
+        // (a spurious "NOT saved"), and the file could be seen empty in between.
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        store.save_with(|| state(1 + i % 3)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(store.load().unwrap().is_some());
     }
 
     #[test]

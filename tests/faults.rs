@@ -227,7 +227,7 @@ async fn sigkill_of_a_web_gear_fails_only_the_posts_in_flight_on_it() {
         failed.len(),
         failed.iter().map(|o| (o.id, o.status)).collect::<Vec<_>>()
     );
-    assert!(gets.len() > 100 && posts.len() > 50, "too little load");
+    assert!(gets.len() > 50 && posts.len() > 20, "too little load");
     assert!(
         gets.iter().all(|o| o.status == Some(200)),
         "a GET failed: {:?}",
