@@ -5,7 +5,7 @@
 //! (SIGTERM/SIGINT: graceful stop, a second one stops at once; SIGHUP: reload), and how
 //! `ctl` finds the control socket (`--socket`, else the configuration's
 //! `control.socket`). Exit codes: 0 ok, 1 failure, 22 invalid `update-cluster` entries,
-//! 64 configuration or usage error, 69 balancer not reachable.
+//! 64 configuration or usage error, 69 balancer not reachable, 77 caller not allowed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -411,6 +411,15 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
     }
     let reply = match result {
         Ok(r) => r,
+        Err(control::ClientError::Connect { path, source })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            eprintln!(
+                "gearlb: permission denied: {} belongs to another user (only the balancer's own user or root may control it)",
+                path.display()
+            );
+            return control::EXIT_REFUSED;
+        }
         Err(e @ control::ClientError::Connect { .. }) => {
             eprintln!("gearlb: {e}");
             return EXIT_UNAVAILABLE;

@@ -24,6 +24,9 @@ use tracing::{debug, warn};
 const MAX_REQUEST: u64 = 1 << 20;
 /// Time a client has to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Exit code of a command refused because the caller is another user (sysexits
+/// `EX_NOPERM`).
+pub const EXIT_REFUSED: i32 = 77;
 
 /// A command sent to the balancer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +169,7 @@ pub async fn serve<H: Handler>(
                     uid = cred.uid(),
                     "control connection from another user refused"
                 );
+                tokio::spawn(refuse(stream, cred.uid(), me));
                 continue;
             }
             Err(e) => {
@@ -182,6 +186,25 @@ pub async fn serve<H: Handler>(
     }
     drop(listener);
     let _ = std::fs::remove_file(&path);
+}
+
+/// Tell a caller of another user why nothing was done: its request is read (briefly,
+/// and never looked at) so that it sees the answer rather than a broken pipe.
+async fn refuse(stream: UnixStream, uid: u32, me: u32) {
+    let (read, mut write) = stream.into_split();
+    let mut line = Vec::new();
+    let mut reader = BufReader::new(read.take(64 * 1024));
+    let _ = tokio::time::timeout(Duration::from_secs(1), reader.read_until(b'\n', &mut line)).await;
+    let reply = Reply::error(
+        EXIT_REFUSED,
+        format!(
+            "permission denied: uid {uid} may not control this balancer (only uid {me} or root)"
+        ),
+    );
+    if let Ok(mut out) = serde_json::to_vec(&Line::Reply(reply)) {
+        out.push(b'\n');
+        let _ = tokio::time::timeout(Duration::from_secs(1), write.write_all(&out)).await;
+    }
 }
 
 async fn serve_one<H: Handler>(stream: UnixStream, handler: &H) -> std::io::Result<()> {

@@ -7,6 +7,7 @@
 //! `<gearname>-<ns>`. Everything here is pure and validating: nothing that fails these
 //! checks ever becomes a backend, so forged input cannot route traffic anywhere.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
@@ -224,25 +225,41 @@ pub fn parse_entries<S: AsRef<str>>(args: &[S]) -> ParsedEntries {
         }
     }
     // Resolve duplicates: identical repeats collapse, conflicting ones are rejected.
+    // Indexed by label: a list of tens of thousands of entries stays linear.
     let mut seen: Vec<GearEntry> = Vec::with_capacity(out.valid.len());
-    let mut conflicted: Vec<String> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(out.valid.len());
+    let mut conflicted: Vec<usize> = Vec::new();
+    let mut is_conflicted: HashSet<usize> = HashSet::new();
     for e in out.valid.drain(..) {
-        match seen.iter().find(|s| s.label == e.label) {
-            Some(prev) if prev.addr == e.addr && prev.gear_dns == e.gear_dns => {}
-            Some(_) => conflicted.push(e.label.clone()),
-            None => seen.push(e),
+        match index.get(&e.label) {
+            Some(&i) if seen[i].addr == e.addr && seen[i].gear_dns == e.gear_dns => {}
+            Some(&i) => {
+                if is_conflicted.insert(i) {
+                    conflicted.push(i);
+                }
+            }
+            None => {
+                index.insert(e.label.clone(), seen.len());
+                seen.push(e);
+            }
         }
     }
-    for label in conflicted {
-        if let Some(pos) = seen.iter().position(|s| s.label == label) {
-            let e = seen.remove(pos);
-            out.invalid.push(BadEntry {
-                entry: format!("{}|{}", e.gear_dns, e.addr),
-                reason: format!("gear {label} is listed more than once with different addresses"),
-            });
-        }
+    for &i in &conflicted {
+        let e = &seen[i];
+        out.invalid.push(BadEntry {
+            entry: format!("{}|{}", e.gear_dns, e.addr),
+            reason: format!(
+                "gear {} is listed more than once with different addresses",
+                e.label
+            ),
+        });
     }
-    out.valid = seen;
+    out.valid = seen
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !is_conflicted.contains(i))
+        .map(|(_, e)| e)
+        .collect();
     out
 }
 
@@ -269,11 +286,12 @@ pub struct PeerSpec {
 /// Returns the peers, or every problem; nothing partial.
 pub fn parse_peers<S: AsRef<str>>(args: &[S]) -> Result<Vec<PeerSpec>, Vec<BadEntry>> {
     let mut peers: Vec<PeerSpec> = Vec::new();
+    let mut listed: HashSet<PeerSpec> = HashSet::new();
     let mut bad = Vec::new();
     for word in args.iter().flat_map(|a| a.as_ref().split_whitespace()) {
         match parse_peer(word) {
             Ok(p) => {
-                if !peers.contains(&p) {
+                if listed.insert(p.clone()) {
                     peers.push(p);
                 }
             }
@@ -283,7 +301,7 @@ pub fn parse_peers<S: AsRef<str>>(args: &[S]) -> Result<Vec<PeerSpec>, Vec<BadEn
             }),
         }
     }
-    let mut ids = std::collections::HashSet::new();
+    let mut ids = HashSet::new();
     for p in &peers {
         if let Some(id) = &p.id {
             if !ids.insert(id.as_str()) {
@@ -462,6 +480,33 @@ mod tests {
         );
         assert_eq!(entry_label("bad$dns|127.0.0.1:80"), None);
         assert_eq!(entry_label("no-pipe"), None);
+    }
+
+    #[test]
+    fn huge_lists_parse_in_linear_time() {
+        // A control request may be 1 MiB: ~50k entries. Duplicate detection used to be
+        // quadratic (about a minute with the control-plane lock held).
+        let words: Vec<String> = (0..50_000)
+            .map(|i| format!("g{i}-ns.x.com|127.0.0.1:{}", 1 + i % 60_000))
+            .collect();
+        let t = std::time::Instant::now();
+        let p = parse_entries(&[words.join(" ")]);
+        assert_eq!(p.valid.len(), 50_000);
+        let peers: Vec<String> = (0..50_000)
+            .map(|i| format!("p{i}|127.0.0.1:{}", 1 + i % 60_000))
+            .collect();
+        assert_eq!(parse_peers(&[peers.join(" ")]).unwrap().len(), 50_000);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+        // Conflicts are still found, reported once, and both sides dropped.
+        let p = parse_entries(&["a-ns.x|127.0.0.1:1 b-ns.x|127.0.0.1:2 a-ns.x|127.0.0.1:3 a-ns.x|127.0.0.1:4 b-ns.x|127.0.0.1:2"]);
+        assert_eq!(p.valid.len(), 1);
+        assert_eq!(p.valid[0].label, "b-ns");
+        assert_eq!(p.invalid.len(), 1);
+        assert!(p.invalid[0].entry.starts_with("a-ns.x|127.0.0.1:1"));
     }
 
     #[test]

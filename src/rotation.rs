@@ -119,7 +119,7 @@ impl Hlc {
             .unwrap_or(0);
         let mut last = self.last.load(Ordering::Relaxed);
         loop {
-            let next = wall.max(last + 1);
+            let next = wall.max(last.saturating_add(1));
             match self
                 .last
                 .compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -179,7 +179,10 @@ impl Rotations {
             ts: self.hlc.now(),
             by: by.to_string(),
             deadline_ms: match op {
-                Op::Out => unix_ms() + timeout.as_millis() as u64,
+                // Saturating: a control request may name any timeout (`timeout_ms`).
+                Op::Out => {
+                    unix_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+                }
                 Op::In => 0,
             },
         };

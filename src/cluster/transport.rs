@@ -22,7 +22,7 @@
 //! to turn envelopes into bytes and back. Gossip is a few messages per interval, so the
 //! two extra loopback syscalls per message do not matter.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +37,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 const MAGIC: &[u8; 4] = b"GLB1";
@@ -51,6 +52,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Incoming gossip connections served at once.
 const MAX_INBOUND: usize = 256;
+/// Time a new incoming connection has to deliver its first authentic frame (a peer
+/// sends one as soon as it connects). Until then it is "unproven": when every slot is
+/// taken, the oldest unproven connection is closed to make room, so connections that
+/// never authenticate cannot lock the balancer's peers out.
+const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Counters of the gossip transport.
 #[derive(Debug, Default)]
@@ -463,6 +469,9 @@ async fn accept_loop(
     inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
 ) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
+    // Connections that have not sent an authentic frame yet, oldest first.
+    let unproven: Arc<Mutex<VecDeque<(u64, CancellationToken)>>> = Arc::default();
+    let mut next_id: u64 = 0;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -475,14 +484,55 @@ async fn accept_loop(
         if inbound.is_closed() {
             return;
         }
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue; // too many gossip connections: refuse this one
-        };
-        let (auth, stats, inbound) = (auth.clone(), stats.clone(), inbound.clone());
-        tokio::spawn(async move {
-            if let Err(e) = read_frames(stream, &auth, &stats, &inbound).await {
-                debug!(peer = %peer, error = %e, "gossip connection closed");
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // Full: close the oldest connection that has not authenticated yet.
+                let oldest = unproven.lock().ok().and_then(|mut q| q.pop_front());
+                let Some((_, token)) = oldest else {
+                    continue; // every slot holds a proven peer: refuse this one
+                };
+                token.cancel();
+                match tokio::time::timeout(
+                    Duration::from_millis(100),
+                    permits.clone().acquire_owned(),
+                )
+                .await
+                {
+                    Ok(Ok(p)) => p,
+                    _ => continue,
+                }
             }
+        };
+        next_id += 1;
+        let id = next_id;
+        let token = CancellationToken::new();
+        if let Ok(mut q) = unproven.lock() {
+            q.push_back((id, token.clone()));
+        }
+        let (auth, stats, inbound, unproven) = (
+            auth.clone(),
+            stats.clone(),
+            inbound.clone(),
+            unproven.clone(),
+        );
+        tokio::spawn(async move {
+            let proven = || {
+                if let Ok(mut q) = unproven.lock() {
+                    q.retain(|(i, _)| *i != id);
+                }
+            };
+            tokio::select! {
+                r = read_frames(stream, &auth, &stats, &inbound, &proven) => {
+                    if let Err(e) = r {
+                        debug!(peer = %peer, error = %e, "gossip connection closed");
+                    }
+                }
+                _ = token.cancelled() => {
+                    debug!(peer = %peer, "unauthenticated gossip connection closed to make room");
+                }
+            }
+            proven();
             drop(permit);
         });
     }
@@ -493,12 +543,18 @@ async fn read_frames(
     auth: &Auth,
     stats: &GossipStats,
     inbound: &mpsc::Sender<(SocketAddr, Vec<u8>)>,
+    proven: &impl Fn(),
 ) -> anyhow::Result<()> {
     let mut buf = Vec::new();
+    let mut authenticated = false;
     loop {
         let mut len = [0u8; 4];
-        // Idle connections wait as long as they like for the next frame…
-        stream.read_exact(&mut len).await?;
+        if authenticated {
+            // A proven peer's idle connection waits as long as it likes for the next frame…
+            stream.read_exact(&mut len).await?;
+        } else {
+            tokio::time::timeout(FIRST_FRAME_TIMEOUT, stream.read_exact(&mut len)).await??;
+        }
         let len = u32::from_be_bytes(len) as usize;
         if len > MAX_FRAME {
             count_rejection(stats, &FrameError::Oversized);
@@ -510,6 +566,10 @@ async fn read_frames(
         match auth.open(&buf) {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                if !authenticated {
+                    authenticated = true;
+                    proven();
+                }
                 if inbound.try_send((from, message.to_vec())).is_err() {
                     debug!("gossip inbound queue full: frame dropped");
                 }

@@ -82,6 +82,50 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
         })
 }
 
+/// Why a client request must be refused before it reaches a backend, and with which
+/// status: framing or target information that the balancer and a backend (or the proxy
+/// in front) could read differently. hyper already refuses malformed heads, invalid
+/// `Content-Length`s, a `Transfer-Encoding` not ending in `chunked`, and obs-fold; with
+/// both `Transfer-Encoding` and `Content-Length` it drops the length and closes the
+/// connection after the response (RFC 9112 §6.3). What is left is checked here.
+pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode, &'static str)> {
+    use http::{Method, StatusCode};
+    let h = &parts.headers;
+    let chunked = h
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        .count();
+    if chunked > 1 {
+        return Some((StatusCode::BAD_REQUEST, "chunked applied more than once"));
+    }
+    let mut hosts = h.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Some((StatusCode::BAD_REQUEST, "more than one Host header"));
+    }
+    match (parts.uri.authority(), host) {
+        (Some(a), Some(host)) if !host.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) => {
+            return Some((
+                StatusCode::BAD_REQUEST,
+                "Host differs from the request target",
+            ));
+        }
+        (None, None) if parts.version == Version::HTTP_11 => {
+            return Some((StatusCode::BAD_REQUEST, "HTTP/1.1 request without Host"));
+        }
+        _ => {}
+    }
+    if parts.method == Method::CONNECT {
+        return Some((StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not forwarded"));
+    }
+    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
+        return Some((StatusCode::BAD_REQUEST, "'*' is a target for OPTIONS only"));
+    }
+    None
+}
+
 /// Rewrite a client request head into the head sent to the backend. An upgrade request
 /// keeps `Connection: upgrade` and its `Upgrade` header: they are the point of it.
 pub fn prepare_request(
@@ -239,6 +283,62 @@ fn forwarded_value(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ambiguous_requests_are_refused() {
+        let parts = |raw: &[(&str, &str)], uri: &str, method: &str, v: Version| {
+            let mut b = http::Request::builder().method(method).uri(uri).version(v);
+            for (k, val) in raw {
+                b = b.header(*k, *val);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        let ok = |p: &http::request::Parts| request_problem(p).is_none();
+        let v11 = Version::HTTP_11;
+        assert!(ok(&parts(&[("host", "x")], "/", "GET", v11)));
+        assert!(ok(&parts(&[], "/", "GET", Version::HTTP_10)));
+        assert!(ok(&parts(&[], "http://x/a", "GET", v11)));
+        assert!(ok(&parts(&[("host", "X")], "http://x/a", "GET", v11)));
+        assert!(ok(&parts(&[("host", "x")], "*", "OPTIONS", v11)));
+        assert!(ok(&parts(
+            &[("host", "x"), ("transfer-encoding", "chunked")],
+            "/",
+            "POST",
+            v11
+        )));
+        assert!(ok(&parts(
+            &[("host", "x"), ("transfer-encoding", "gzip, chunked")],
+            "/",
+            "POST",
+            v11
+        )));
+        for bad in [
+            parts(
+                &[
+                    ("host", "x"),
+                    ("transfer-encoding", "chunked"),
+                    ("transfer-encoding", "chunked"),
+                ],
+                "/",
+                "POST",
+                v11,
+            ),
+            parts(
+                &[("host", "x"), ("transfer-encoding", "chunked, Chunked")],
+                "/",
+                "POST",
+                v11,
+            ),
+            parts(&[("host", "a"), ("host", "b")], "/", "GET", v11),
+            parts(&[("host", "a"), ("host", "a")], "/", "GET", v11),
+            parts(&[("host", "x")], "http://evil.example/", "GET", v11),
+            parts(&[], "/", "GET", v11),
+            parts(&[("host", "x")], "*", "GET", v11),
+            parts(&[("host", "x:443")], "x:443", "CONNECT", v11),
+        ] {
+            assert!(!ok(&bad), "{bad:?} accepted");
+        }
+    }
 
     fn client() -> ClientInfo {
         ClientInfo {

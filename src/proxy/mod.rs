@@ -207,6 +207,23 @@ async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let settings = ctx.settings.load_full();
+    // The first byte must come within `request_header` too: hyper's head timer starts
+    // only once a head is being read (after telling HTTP/1 from h2c), so a connection
+    // that sends nothing would otherwise hold its slot until the `client` timeout.
+    let mut first = [0u8; 1];
+    let peeked = tokio::select! {
+        r = tokio::time::timeout(settings.timeouts.request_header, stream.peek(&mut first)) => r,
+        _ = shutdown.cancelled() => return,
+    };
+    match peeked {
+        Ok(Ok(n)) if n > 0 => {}
+        Ok(_) => return, // closed before sending anything
+        Err(_) => {
+            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+            debug!(client = %peer, "no request within {:?}, closing", settings.timeouts.request_header);
+            return;
+        }
+    }
     let last_io = Arc::new(AtomicU64::new(0));
     let conn_state = Arc::new(ConnState {
         client: ClientInfo {
@@ -348,6 +365,13 @@ enum ForwardError {
     Upstream(hyper::Error),
     #[error("no response head within {0:?}")]
     Timeout(Duration),
+    /// The client's request body failed (malformed chunked framing, or the client went
+    /// away mid-upload): the client's fault, never counted against the backend.
+    #[error("request body from the client failed: {0}")]
+    ClientBody(hyper::Error),
+    /// Refused before forwarding (see `forward::request_problem`).
+    #[error("request refused: {1}")]
+    Refused(StatusCode, &'static str),
 }
 
 impl ForwardError {
@@ -356,6 +380,8 @@ impl ForwardError {
             ForwardError::NoBackend => StatusCode::SERVICE_UNAVAILABLE,
             ForwardError::Connect(_) | ForwardError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ForwardError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ForwardError::ClientBody(_) => StatusCode::BAD_REQUEST,
+            ForwardError::Refused(status, _) => *status,
         }
     }
 
@@ -370,8 +396,24 @@ impl ForwardError {
             ForwardError::Timeout(_) => {
                 "504 Gateway Timeout: the web gear did not answer in time.\n"
             }
+            ForwardError::ClientBody(_) => {
+                "400 Bad Request: the request body was malformed or incomplete.\n"
+            }
+            ForwardError::Refused(StatusCode::METHOD_NOT_ALLOWED, _) => {
+                "405 Method Not Allowed: CONNECT is not supported.\n"
+            }
+            ForwardError::Refused(..) => "400 Bad Request: ambiguous request.\n",
         }
     }
+}
+
+/// True when an exchange failed because the client's request body did: hyper reports
+/// an error of the body it was sending, and that body is the client's `Incoming`.
+fn client_body_failed(e: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    e.is_user()
+        && e.source()
+            .is_some_and(|s| s.downcast_ref::<hyper::Error>().is_some())
 }
 
 async fn handle(
@@ -458,6 +500,9 @@ async fn forward(
     let upgrade = forward::is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+    if let Some((status, why)) = forward::request_problem(&parts) {
+        return Err((ForwardError::Refused(status, why), "-".to_string()));
+    }
 
     // Sticky cookie: taken out of the request whatever it says.
     let sticky = settings.sticky.as_ref();
@@ -530,7 +575,7 @@ async fn forward(
                 last_error = e;
             }
             Err(Failed::Sent(e)) => {
-                if !matches!(e, ForwardError::Timeout(_)) {
+                if matches!(e, ForwardError::Upstream(_)) {
                     ctx.passive_failure(&backend, settings.eject_after);
                 }
                 match (&replay, &e) {
@@ -598,11 +643,15 @@ async fn send_once(
                     ));
                 }
                 None => {
+                    let e = e.into_error();
+                    if client_body_failed(&e) {
+                        return Err(Failed::Sent(ForwardError::ClientBody(e)));
+                    }
                     backend
                         .stats
                         .response_errors
                         .fetch_add(1, Ordering::Relaxed);
-                    return Err(Failed::Sent(ForwardError::Upstream(e.into_error())));
+                    return Err(Failed::Sent(ForwardError::Upstream(e)));
                 }
             },
         }
@@ -670,5 +719,9 @@ fn error_response(e: &ForwardError) -> Response<ProxyBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if matches!(e, ForwardError::Refused(..) | ForwardError::ClientBody(_)) {
+        // What follows on this connection cannot be trusted to be framed as we think.
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
