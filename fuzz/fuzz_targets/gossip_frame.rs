@@ -23,7 +23,11 @@ const SECRET: &[u8] = b"fuzz-cluster-secret-0123456789";
 #[derive(Debug, Arbitrary)]
 enum Input {
     Raw(Vec<u8>),
-    Signed { addr: Vec<u8>, message: Vec<u8>, addr_len: Option<u8> },
+    Signed {
+        addr: Vec<u8>,
+        message: Vec<u8>,
+        addr_len: Option<u8>,
+    },
 }
 
 /// A peer's signer, re-derived from the documented frame format.
@@ -67,7 +71,11 @@ fuzz_target!(|input: Input| {
                 assert_eq!(r, Err(FrameError::Oversized));
             }
         }
-        Input::Signed { addr, message, addr_len } => {
+        Input::Signed {
+            addr,
+            message,
+            addr_len,
+        } => {
             let len = addr_len.unwrap_or(addr.len().min(255) as u8);
             let frame = sign(&addr, len, &message);
             let r = a.open(&frame);

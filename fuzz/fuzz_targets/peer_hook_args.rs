@@ -33,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(!bad.is_empty());
             for b in &bad {
                 assert!(b.entry.is_ascii(), "{:?}", b.entry);
-                assert!(!b.entry.chars().any(|c| c.is_ascii_control()), "{:?}", b.entry);
+                assert!(
+                    !b.entry.chars().any(|c| c.is_ascii_control()),
+                    "{:?}",
+                    b.entry
+                );
             }
         }
     }

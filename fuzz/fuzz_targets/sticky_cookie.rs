@@ -104,7 +104,11 @@ fuzz_target!(|input: Input| {
         check_plain(&v);
         route(&v);
     }
-    assert_eq!(sealed.decode(&input.raw, now), None, "forged sealed cookie opened");
+    assert_eq!(
+        sealed.decode(&input.raw, now),
+        None,
+        "forged sealed cookie opened"
+    );
 
     // Round trip of a sealed value, expiry, and tampering.
     let value = String::from_utf8_lossy(&input.raw);
@@ -116,7 +120,9 @@ fuzz_target!(|input: Input| {
         let i = usize::from(input.flip_at) % t.len();
         t[i] ^= 0x01;
         assert_eq!(sealed.decode(&t, now), None, "tampered cookie opened");
-        let set = sealed.set_cookie(&value, true, now).expect("a valid header");
+        let set = sealed
+            .set_cookie(&value, true, now)
+            .expect("a valid header");
         assert!(set.to_str().is_ok_and(|s| s.starts_with("GEAR=")));
     }
 });

@@ -32,7 +32,11 @@ fuzz_target!(|data: &[u8]| {
     }
     for b in &parsed.invalid {
         assert!(b.entry.is_ascii(), "{:?}", b.entry);
-        assert!(!b.entry.chars().any(|c| c.is_ascii_control()), "{:?}", b.entry);
+        assert!(
+            !b.entry.chars().any(|c| c.is_ascii_control()),
+            "{:?}",
+            b.entry
+        );
         assert!(!b.reason.is_empty());
     }
     for w in args.iter().flat_map(|a| a.split_whitespace()) {
