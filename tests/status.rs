@@ -1226,18 +1226,37 @@ async fn status_page_in_chromium_with_two_balancers() {
     let web2 = TestBackend::start("web2").await;
     let web3 = TestBackend::start("web3").await;
     let (da, db) = (workdir(), workdir());
+    // Two balancers of one application that gossip with each other.
+    let gossip = |id: &str| {
+        format!(
+            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\nsecret = \"{SECRET}\"\ngossip_interval = \"100ms\"\n"
+        )
+    };
     let a = Gearlb::start_with(
         da.path(),
-        &config_fast_health(da.path(), &[("web1", web1.addr), ("web2", web2.addr)]),
+        &(config_fast_health(da.path(), &[("web1", web1.addr), ("web2", web2.addr)])
+            + &gossip("lbA")),
         &[],
         &[("OPENSHIFT_GEAR_DNS", "myapp-ns.apps.example.com")],
     );
     let b = Gearlb::start_with(
         db.path(),
-        &config_fast_health(db.path(), &[("web1", web1.addr), ("web3", web3.addr)]),
+        &(config_fast_health(db.path(), &[("web1", web1.addr), ("web3", web3.addr)])
+            + &gossip("lbB")),
         &[],
         &[("OPENSHIFT_GEAR_DNS", "5256ab-ns.apps.example.com")],
     );
+    let list = peer_list(&[("lbA", &a), ("lbB", &b)]);
+    for g in [&a, &b] {
+        assert_eq!(g.ctl(&["set-peers", &list]).0, 0);
+    }
+    let both = vec!["lbA".to_string(), "lbB".to_string()];
+    wait_for(
+        Duration::from_secs(8),
+        "the two balancers to see each other",
+        || a.live() == both && b.live() == both,
+    )
+    .await;
 
     // Traffic on both, over two sparkline intervals, with a gear dying in between.
     let traffic = |secs: u64| {
@@ -1291,8 +1310,19 @@ async fn status_page_in_chromium_with_two_balancers() {
     );
     assert!(dom_a.contains("myapp-ns.apps.example.com"));
     assert!(dom_b.contains("5256ab-ns.apps.example.com"));
-    for dom in [&dom_a, &dom_b] {
-        assert!(dom.contains("single balancer — no peers yet"));
+    for (dom, peer) in [(&dom_a, "lbB"), (&dom_b, "lbA")] {
+        assert!(
+            dom.contains(peer) && dom.contains("alive"),
+            "the live peer is shown:\n{dom}"
+        );
+        assert!(
+            dom.contains("scaler: <b>lbA</b>"),
+            "who the scaler is:\n{dom}"
+        );
+        assert!(
+            dom.contains("2 of 2 known balancers live"),
+            "quorum line:\n{dom}"
+        );
         assert!(dom.contains("no rotation in progress"));
         assert!(dom.contains("<svg"), "a sparkline is drawn");
     }

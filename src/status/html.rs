@@ -157,6 +157,7 @@ tr.st-drained td:first-child{box-shadow:inset 3px 0 var(--drained)}
 .spark svg{display:block}
 .spark .last{font-variant-numeric:tabular-nums;font-size:12.5px;min-width:58px;color:var(--muted)}
 .empty{margin:0;padding:12px 16px;color:var(--muted);font-style:italic}
+.scaler{margin:0;padding:12px 16px 4px}
 footer{max-width:1320px;margin:18px auto 28px;padding:0 20px;color:var(--muted);font-size:12px}
 "#;
 
