@@ -50,15 +50,20 @@ pub enum StateError {
     Invalid { path: PathBuf, reason: String },
 }
 
-/// Reads and writes the state file of one state directory.
+/// Reads and writes the state file of one state directory. Saves are serialised:
+/// two writers (a control command and the rotation engine) never interleave.
 #[derive(Clone, Debug)]
 pub struct StateStore {
     dir: PathBuf,
+    writing: std::sync::Arc<std::sync::Mutex<u64>>,
 }
 
 impl StateStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        StateStore { dir: dir.into() }
+        StateStore {
+            dir: dir.into(),
+            writing: Default::default(),
+        }
     }
 
     pub fn path(&self) -> PathBuf {
@@ -92,18 +97,29 @@ impl StateStore {
 
     /// Write atomically; on error the previous file is untouched.
     pub fn save(&self, state: &PersistedState) -> Result<(), StateError> {
+        self.save_with(|| state.clone())
+    }
+
+    /// Build the state under the write lock, then write it: of two concurrent savers,
+    /// the one that writes last also read last, so the file never goes back in time.
+    pub fn save_with(&self, build: impl FnOnce() -> PersistedState) -> Result<(), StateError> {
         let path = self.path();
         let io = |source| StateError::Io {
             path: path.clone(),
             source,
         };
+        // The guarded counter only names temporary files; a panic while holding it
+        // leaves nothing inconsistent, so a poisoned lock is taken over.
+        let mut seq = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        *seq += 1;
+        let state = build();
         fs::create_dir_all(&self.dir).map_err(io)?;
         let mut text =
-            serde_json::to_vec_pretty(state).map_err(|e| io(std::io::Error::other(e)))?;
+            serde_json::to_vec_pretty(&state).map_err(|e| io(std::io::Error::other(e)))?;
         text.push(b'\n');
         let tmp = self
             .dir
-            .join(format!(".{STATE_FILE}.tmp.{}", std::process::id()));
+            .join(format!(".{STATE_FILE}.tmp.{}.{}", std::process::id(), *seq));
         let write = || -> std::io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -223,10 +239,30 @@ mod tests {
         // A directory where the temporary file must go: the write fails, even as root.
         let tmp = dir
             .path()
-            .join(format!(".{STATE_FILE}.tmp.{}", std::process::id()));
+            .join(format!(".{STATE_FILE}.tmp.{}.2", std::process::id()));
         fs::create_dir(&tmp).unwrap();
         assert!(store.save(&state(5)).is_err());
         assert_eq!(store.load().unwrap(), Some(state(2)));
+    }
+
+    #[test]
+    fn concurrent_saves_do_not_trip_over_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        store.save(&state(i % 3 + 1)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(store.load().unwrap().is_some());
     }
 
     #[test]
