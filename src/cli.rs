@@ -187,8 +187,23 @@ fn check(flag: Option<&Path>) -> i32 {
         );
         return EXIT_CONFIG;
     }
+    // Certificates are files: read them now, as `run` would.
+    if cfg.listen.tls.is_some() || cfg.tls != Default::default() {
+        if let Err(problems) = crate::tls::load(&cfg.tls, cfg.proxy.h2c) {
+            eprintln!("gearlb: {} configuration problem(s):", problems.len());
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            return EXIT_CONFIG;
+        }
+    }
+    let tls = cfg
+        .listen
+        .tls
+        .map(|a| format!(", https {a}"))
+        .unwrap_or_default();
     println!(
-        "configuration OK: proxy {}, status {}, {} backend(s)",
+        "configuration OK: proxy {}{tls}, status {}, {} backend(s)",
         cfg.listen.proxy,
         cfg.listen.status,
         cfg.backends.len()

@@ -20,6 +20,7 @@
 //!   [`stats::sampler`] rates); [`status`]: the status listener (HTML page, HAProxy
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
+//! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
 //! - [`cli`]: the command line.
 //!
 //! The request path reads an immutable routing snapshot and atomic counters only: it
@@ -41,3 +42,4 @@ pub mod server;
 pub mod state;
 pub mod stats;
 pub mod status;
+pub mod tls;

@@ -558,6 +558,111 @@ pub(super) async fn serve_connection(
     }
 }
 
+/// Serve one HTTPS client connection: TLS handshake (bounded by `request_header`), then
+/// HTTP/1.1 or HTTP/2 (by ALPN or preface) through hyper-util's auto builder, with the
+/// client inactivity timeout kept here. TLS connections are not parked.
+pub(super) async fn serve_tls_connection(
+    ctx: &Arc<ProxyCtx>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let settings: Arc<Settings> = ctx.settings.load_full();
+    let head = settings.timeouts.request_header;
+    let stream = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(head, acceptor.accept(stream)) => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(client = %peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(client = %peer, "no TLS handshake within {head:?}");
+                return;
+            }
+        },
+    };
+    let state = Arc::new(ConnState::new(
+        ctx.clone(),
+        ClientInfo::new(peer, local_port, "https"),
+    ));
+    let svc_state = state.clone();
+    let service = move |req: Request<Incoming>| {
+        let frontend = FrontendRequest::start(&svc_state, !req.body().is_end_stream());
+        async move { Ok::<_, Infallible>(handle(frontend, req).await) }
+    };
+    let clock = ctx.clock;
+    let client_ms = settings.timeouts.client.as_millis() as u64;
+    let head_ms = head.as_millis() as u64;
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
+    tokio::pin!(watchdog);
+    // The same loop for both connection types (they share no trait for graceful stop).
+    macro_rules! drive {
+        ($conn:expr, $head:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    res = conn.as_mut() => {
+                        if let Err(e) = res {
+                            debug!(client = %peer, error = %e, "client connection ended with an error");
+                        }
+                        return;
+                    }
+                    _ = shutdown.cancelled(), if !stopping => {
+                        stopping = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = &mut watchdog => {
+                        let now = clock.now_ms();
+                        match check_deadlines(&state, now, client_ms, $head) {
+                            Ok(next) => {
+                                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                                watchdog.as_mut().reset(Instant::now() + wait);
+                            }
+                            Err(counted) => {
+                                if counted {
+                                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                                }
+                                debug!(client = %peer, "idle or slow client connection closed");
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }};
+    }
+    let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
+    if h2 {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(settings.max_header_size as u32);
+        drive!(
+            b.serve_connection_with_upgrades(io, service_fn(service)),
+            None
+        )
+    } else {
+        // HTTP/1.1: hyper's server as for plain connections, the request head timeout
+        // kept by the watchdog.
+        drive!(
+            settings
+                .h1
+                .serve_connection(io, service_fn(service))
+                .with_upgrades(),
+            Some(head_ms)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,6 +119,8 @@ pub struct ProxyCtx {
     stopping: CancellationToken,
     /// The pool sweeper runs (started by the first listener).
     sweeping: std::sync::atomic::AtomicBool,
+    /// `limits.max_connections`, shared by the HTTP and HTTPS listeners.
+    permits: std::sync::OnceLock<Arc<Semaphore>>,
 }
 
 impl ProxyCtx {
@@ -137,6 +139,7 @@ impl ProxyCtx {
             clock: Clock::new(),
             stopping,
             sweeping: std::sync::atomic::AtomicBool::new(false),
+            permits: std::sync::OnceLock::new(),
         }
     }
 
@@ -167,10 +170,39 @@ pub async fn serve(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    accept_loop(listener, ctx, max_connections, shutdown, tracker, None).await
+}
+
+/// Accept HTTPS client connections until `shutdown` is cancelled: as [`serve`], each
+/// connection first completes a TLS handshake (within `timeouts.request_header`) with
+/// the certificates `tls` holds when it arrives. Requests get `X-Forwarded-Proto:
+/// https` and a `Secure` sticky cookie.
+pub async fn serve_tls(
+    listener: TcpListener,
+    ctx: Arc<ProxyCtx>,
+    tls: Arc<crate::tls::TlsAcceptor>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    accept_loop(listener, ctx, max_connections, shutdown, tracker, Some(tls)).await
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    ctx: Arc<ProxyCtx>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    tls: Option<Arc<crate::tls::TlsAcceptor>>,
+) {
     if !ctx.sweeping.swap(true, Ordering::Relaxed) {
         tokio::spawn(sweep_pools(ctx.clone(), shutdown.clone()));
     }
-    let permits = Arc::new(Semaphore::new(max_connections));
+    let permits = ctx
+        .permits
+        .get_or_init(|| Arc::new(Semaphore::new(max_connections)))
+        .clone();
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     loop {
         let accepted = tokio::select! {
@@ -195,12 +227,26 @@ pub async fn serve(
         };
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            ctx.stats.connection_opened();
-            client::serve_connection(&ctx, stream, peer, local_port, shutdown).await;
-            ctx.stats.connection_closed();
-            drop(permit);
-        });
+        match &tls {
+            None => tracker.spawn(async move {
+                ctx.stats.connection_opened();
+                client::serve_connection(&ctx, stream, peer, local_port, shutdown).await;
+                ctx.stats.connection_closed();
+                drop(permit);
+            }),
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                tracker.spawn(async move {
+                    ctx.stats.connection_opened();
+                    client::serve_tls_connection(
+                        &ctx, acceptor, stream, peer, local_port, shutdown,
+                    )
+                    .await;
+                    ctx.stats.connection_closed();
+                    drop(permit);
+                })
+            }
+        };
     }
 }
 
