@@ -52,6 +52,9 @@ use super::{handle, FrontendRequest, ProxyCtx, Settings};
 /// Idle time after which an HTTP/1 keep-alive connection gives back its HTTP state.
 pub const PARK_AFTER_MS: u64 = 500;
 
+/// How often a running connection's watchdog looks at it (parking, the stop).
+const TICK_MS: u64 = 500;
+
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -458,6 +461,8 @@ pub(super) async fn serve_connection(
                         builder.serve_connection_with_upgrades(io, service_fn(service.clone())),
                     ));
                     detected = true;
+                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
+                    watchdog.as_mut().reset(soon);
                     continue;
                 }
                 Ok(Some(Detected::Http1)) | Ok(None) => {
@@ -471,7 +476,7 @@ pub(super) async fn serve_connection(
                     )));
                     h1_slot = Some(slot);
                     // Look again soon: to park once the request is answered.
-                    let soon = at(clock.now_ms() + PARK_AFTER_MS).min(watchdog.deadline());
+                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
                     watchdog.as_mut().reset(soon);
                     continue;
                 }
@@ -489,18 +494,19 @@ pub(super) async fn serve_connection(
                     (None, None) => Ok(()),
                 }
             } => Some(res),
-            _ = shutdown.cancelled(), if !stopping => {
-                // Finish the request in flight, close when idle (idle ones close now).
-                stopping = true;
-                if let Some(c) = h1_conn.as_mut() {
-                    c.as_mut().graceful_shutdown();
-                }
-                if let Some(c) = other_conn.as_mut() {
-                    c.as_mut().graceful_shutdown();
-                }
-                None
-            }
             _ = &mut watchdog => {
+                // The stop is looked at here, not polled on every wake-up of a busy
+                // connection (a cancellation future takes a lock when polled).
+                if !stopping && shutdown.is_cancelled() {
+                    // Finish the request in flight, close when idle.
+                    stopping = true;
+                    if let Some(c) = h1_conn.as_mut() {
+                        c.as_mut().graceful_shutdown();
+                    }
+                    if let Some(c) = other_conn.as_mut() {
+                        c.as_mut().graceful_shutdown();
+                    }
+                }
                 let now = clock.now_ms();
                 match check_deadlines(&state, now, client_ms, is_h1.then_some(head_ms)) {
                     Err(counted) => {
@@ -521,9 +527,10 @@ pub(super) async fn serve_connection(
                                 // right after this (or, if it cannot park yet, later).
                                 state.park.store(true, Ordering::Relaxed);
                             }
-                            // Until it parks, look again every so often.
-                            next = next.min(now + PARK_AFTER_MS);
                         }
+                        // Until it parks or closes, look again every so often (for the
+                        // stop too).
+                        next = next.min(now + TICK_MS);
                         watchdog.as_mut().reset(at(next));
                     }
                 }

@@ -92,6 +92,7 @@ impl Settings {
         h1.header_read_timeout(None)
             .max_buf_size(c.limits.max_header_size)
             .max_header_size(c.limits.max_header_size)
+            .writev(false)
             .keep_alive(true);
         Settings {
             h1,

@@ -277,6 +277,7 @@ impl Pool {
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::Builder::new()
+            .writev(false)
             .handshake::<_, ReqBody>(TokioIo::new(Counted::new(stream, self.traffic.clone())))
             .await?;
         let open = self.open.clone();
