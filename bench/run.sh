@@ -1,53 +1,52 @@
 #!/usr/bin/env bash
-# bench/run.sh - load-test gearlb with wrk, next to a direct-to-backend baseline.
+# bench/run.sh - gearlb next to HAProxy 2.6 (old cartridge config and keep-alive reuse)
+# and direct-to-backend, in one invocation, alternating rounds, with ratios.
 #
 # Usage:  bash bench/run.sh                     (from anywhere; see bench/README.md)
-#         DURATION=30 ROUNDS=3 bash bench/run.sh
+#         ROUNDS=5 bash bench/run.sh
+#         SCENARIOS="peak_small fixed_rate" TARGETS="gearlb haproxy-reuse" bash bench/run.sh
 #
 # Topology (all on 127.0.0.1):
 #
-#   wrk --(keep-alive, CONNECTIONS conns)--> TARGET --> nginx backends web1..web3
+#   wrk / oha / idle_clients.py --> TARGET --> nginx backends web1..web3
 #
-#   Backends: three separate nginx processes (Debian's nginx / nginx-light), one worker
-#   each, on ports 19001-19003, generated config in a temp dir, access_log off,
-#   keep-alive on, every request answered with a fixed 16-byte body "0123456789abcdef".
-#   The system nginx service and /etc/nginx are never used or touched.
+#   Backends: three nginx processes (Debian's nginx / nginx-light), one worker each, on
+#   ports 19001-19003, each also listening on a third of MANY_N extra ports (20000-...)
+#   for the N=1000-backends scenario; every request to / answered with the fixed 16-byte
+#   body "0123456789abcdef", /1m.bin with a 1 MiB file; access_log off; keep-alive on.
+#   Generated config in a temp dir; the system nginx service and /etc/nginx are never
+#   used or touched.
 #
-# Targets (TARGETS, run in that order, ROUNDS times, each started fresh and stopped):
-#   gearlb  target/release/gearlb on 127.0.0.1:18080 (status 18081), THREADS workers,
-#           the three backends as static [[backends]].
-#   direct  wrk straight to web1 (127.0.0.1:19001): the ceiling of this machine.
+# Targets (TARGETS, each started fresh before each measurement and stopped after it):
+#   gearlb         target/release/gearlb, [runtime] threads = THREADS, port 18080
+#   haproxy-close  HAProxy 2.6, nbthread THREADS, the old cartridge's config
+#                  (bench/configs/haproxy-close.cfg.in: option http-server-close,
+#                  balance leastconn, cookie GEAR insert indirect nocache, httpchk), 18090
+#   haproxy-reuse  HAProxy 2.6, nbthread THREADS, keep-alive both sides, http-reuse always
+#                  (bench/configs/haproxy-reuse.cfg.in), port 18091
+#   direct         straight to web1 (127.0.0.1:19001): the ceiling of this machine
+#
+# Scenarios (SCENARIOS, run in this order; targets alternate within each round):
+#   peak_small     peak req/s, 16-byte responses, keep-alive clients (wrk -t1 -cCONNECTIONS)
+#   fixed_rate     p50/p99/p99.9 at a fixed rate of 50% of haproxy-reuse's peak (oha -q,
+#                  --latency-correction: corrected for coordinated omission)
+#   new_conn       a new client connection per request (wrk, Connection: close)
+#   large_body     1 MiB responses: MB/s (wrk -cLARGE_CONNECTIONS)
+#   many_backends  peak req/s with N=3 and N=MANY_N backends (selection cost)
+#   churn          peak load while the backend set changes CHURN_HZ times a second
+#                  (gearlb: gearlb ctl update-cluster; haproxy: new process, -sf old)
+#   idle_memory    resident memory (VmRSS) with IDLE_CONNS idle keep-alive clients
 #
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
-#   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb; later haproxy / nginx proxies)
-#   CPU 0 (LOAD_CPUS)   wrk and the backend nginx processes
-#   So the proxy gets a core of its own and never competes with the load generator.
+#   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
+#                       haproxy also gets cpu-map)
+#   CPU 0 (LOAD_CPUS)   wrk, oha, idle_clients.py, gearlb ctl, and the backend nginx
 #
-# Variables (defaults in brackets):
-#   DURATION [10]     seconds of each measured wrk run
-#   WARMUP [2]        seconds of an unmeasured wrk run before each measurement (0: none)
-#   CONNECTIONS [64]  wrk connections (-c); wrk runs one thread (-t1)
-#   THREADS [1]       proxy worker threads (gearlb runtime.threads); keep it equal for
-#                     every proxy compared
-#   ROUNDS [1]        times to run the whole TARGETS list (alternating targets)
-#   TARGETS ["gearlb direct"]  which targets to run, in order
-#   SCENARIO [peak_small]      which scenario_* function to run
-#   PIN [1]  PROXY_CPUS [1]  LOAD_CPUS [0]   CPU pinning, see above
-#   BUILD [1]         1: cargo build --release if the binary is missing or older than
-#                     a file in src/ or Cargo.toml; 0: never build
-#   GEARLB_BIN [<repo>/target/release/gearlb]
-#   KEEP_TMP [0]      1: keep the temp dir (configs, logs, raw wrk output) after exit
+# Variables (defaults in brackets): see bench/README.md for the full list.
 #
 # Exit status: 0 only if every target started, answered correctly and every measured
-# run had no socket errors and no non-2xx/3xx responses.
-#
-# ---------------------------------------------------------------------------------
-# Adding a target (e.g. haproxy-close, haproxy-reuse, nginx): search for
-# "EXTENSION POINT" below. A target needs a start_<name> / stop_<name> pair (the proxy
-# runs under "${PIN_PROXY[@]}", listens on its own port, forwards to BACKEND_PORTS) and a
-# line in target_url; then add its name to TARGETS. Adding a scenario: write a
-# scenario_<name> function with the same contract as scenario_peak_small.
-# ---------------------------------------------------------------------------------
+# run had no errors where errors are not the point of the scenario (churn reports the
+# errors HAProxy's reloads cause; gearlb must have none there either).
 
 set -euo pipefail
 
@@ -57,25 +56,39 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-64}
 THREADS=${THREADS:-1}
-ROUNDS=${ROUNDS:-1}
-SCENARIO=${SCENARIO:-peak_small}
+ROUNDS=${ROUNDS:-3}
 PIN=${PIN:-1}
 PROXY_CPUS=${PROXY_CPUS:-1}
 LOAD_CPUS=${LOAD_CPUS:-0}
 BUILD=${BUILD:-1}
 KEEP_TMP=${KEEP_TMP:-0}
+FIXED_DURATION=${FIXED_DURATION:-20}
+FIXED_FRACTION=${FIXED_FRACTION:-50}   # percent of haproxy-reuse's peak
+FIXED_RATE=${FIXED_RATE:-}             # req/s; empty: FIXED_FRACTION of the measured peak
+LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-16}
+MANY_N=${MANY_N:-1000}
+CHURN_HZ=${CHURN_HZ:-10}
+IDLE_CONNS=${IDLE_CONNS:-10000}
+REF=${REF:-haproxy-reuse}             # the target ratios are computed against
 
-# EXTENSION POINT: the list of targets. Later: haproxy-close haproxy-reuse nginx.
-read -r -a TARGETS <<<"${TARGETS:-gearlb direct}"
+ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends churn idle_memory"
+# SCENARIO (one name) is kept for compatibility with the first version of this script.
+read -r -a SCENARIOS <<<"${SCENARIOS:-${SCENARIO:-$ALL_SCENARIOS}}"
+read -r -a TARGETS <<<"${TARGETS:-gearlb haproxy-close haproxy-reuse direct}"
 
 BACKEND_PORTS=(19001 19002 19003)
+MANY_BASE=20000 # MANY_N extra backend ports from here, spread over the three nginx
 BODY=0123456789abcdef # 16 bytes, the fixed response of every backend
+LARGE_BYTES=1048576
 GEARLB_PORT=18080
 GEARLB_STATUS_PORT=18081
+HAPROXY_CLOSE_PORT=18090
+HAPROXY_REUSE_PORT=18091
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 GEARLB_BIN=${GEARLB_BIN:-$REPO/target/release/gearlb}
+OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 
 # ---- helpers --------------------------------------------------------------------
 
@@ -87,17 +100,35 @@ die() {
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
-for v in DURATION WARMUP CONNECTIONS THREADS ROUNDS; do
+for v in DURATION WARMUP CONNECTIONS THREADS ROUNDS FIXED_DURATION FIXED_FRACTION \
+    LARGE_CONNECTIONS MANY_N CHURN_HZ IDLE_CONNS; do
     is_uint "${!v}" || die "$v must be a non-negative integer, got '${!v}'"
 done
+[[ -z $FIXED_RATE ]] || is_uint "$FIXED_RATE" || die "FIXED_RATE must be an integer"
 ((DURATION > 0)) || die "DURATION must be > 0"
 ((CONNECTIONS > 0)) || die "CONNECTIONS must be > 0"
 ((ROUNDS > 0)) || die "ROUNDS must be > 0"
+((MANY_N >= 3 && MANY_N <= 10000)) || die "MANY_N must be 3..10000"
+((CHURN_HZ > 0)) || die "CHURN_HZ must be > 0"
 ((${#TARGETS[@]} > 0)) || die "TARGETS is empty"
 
 need() {
     command -v "$1" >/dev/null 2>&1 ||
         die "'$1' not found; install it: apt-get update && apt-get install -y $2"
+}
+
+# apt_need CMD PACKAGE: install PACKAGE from Debian when CMD is missing (root only).
+apt_need() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    [[ $(id -u) == 0 ]] || die "'$1' not found; install it: apt-get install -y $2"
+    log "installing $2 (apt-get)"
+    if [[ -z ${APT_UPDATED:-} ]]; then
+        apt-get update -qq >/dev/null || die "apt-get update failed"
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null ||
+        die "apt-get install $2 failed"
+    command -v "$1" >/dev/null 2>&1 || die "'$1' still missing after installing $2"
 }
 
 # True if something accepts TCP connections on 127.0.0.1:$1.
@@ -133,6 +164,13 @@ setup_pinning() {
 # Use them as `"${PIN_PROXY[@]}" cmd ... &`. Never background a shell function or a
 # `( ... )` instead: $! would then be a subshell, and killing it would orphan the real
 # process. start_process checks for exactly that.
+
+# median: the median of the numbers on stdin ("?" if none).
+median() {
+    sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) { print "?"; exit }
+        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 
 # ---- process bookkeeping and cleanup --------------------------------------------
 
@@ -175,7 +213,7 @@ cleanup() {
     if [[ -n $TMP && -d $TMP ]]; then
         # Keep it for post-mortems of failures, not after Ctrl-C / SIGTERM / SIGHUP.
         if [[ $KEEP_TMP == 1 ]] || ((rc != 0 && rc != 129 && rc != 130 && rc != 143)); then
-            log "kept temp dir (configs, logs, raw wrk output): $TMP"
+            log "kept temp dir (configs, logs, raw outputs): $TMP"
         else
             rm -rf "$TMP"
         fi
@@ -207,6 +245,9 @@ check_exe() {
         die "pid $1 runs $exe, not $2: the harness would not be able to stop it"
 }
 
+# rss_kib PID: resident memory of one process, KiB.
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
 # ---- backends: nginx ------------------------------------------------------------
 
 NGINX_BIN=""
@@ -222,15 +263,34 @@ nginx_temp_paths() {
     done
 }
 
+# many_ports: the MANY_N backend ports of the many_backends scenario (one per line).
+many_ports() {
+    local i
+    for ((i = 0; i < MANY_N; i++)); do echo $((MANY_BASE + i)); done
+}
+
 start_backends() {
-    local i port dir pid
+    local i port dir pid p listens
     NGINX_BIN=$(command -v nginx || true)
     [[ -n $NGINX_BIN ]] || NGINX_BIN=/usr/sbin/nginx
     [[ -x $NGINX_BIN ]] || die "nginx not found; install it: apt-get update && apt-get install -y nginx-light"
+    mkdir -p "$TMP/www"
+    # nginx workers run as nobody: they must be able to read the files.
+    chmod 755 "$TMP" "$TMP/www"
+    printf '%s' "$BODY" >"$TMP/www/index.txt"
+    head -c "$LARGE_BYTES" /dev/zero | tr '\0' 'x' >"$TMP/www/1m.bin"
     for i in "${!BACKEND_PORTS[@]}"; do
         port=${BACKEND_PORTS[$i]}
         dir=$TMP/web$((i + 1))
         mkdir -p "$dir/tmp" "$dir/logs"
+        # The many_backends ports, dealt round-robin over the three processes.
+        listens=""
+        if [[ " ${SCENARIOS[*]} " == *" many_backends "* ]]; then
+            while read -r p; do
+                (((p - MANY_BASE) % ${#BACKEND_PORTS[@]} == i)) &&
+                    listens+="        listen 127.0.0.1:$p backlog=4096;"$'\n'
+            done < <(many_ports)
+        fi
         # Runs as root usually; workers then drop to the default user (nobody).
         cat >"$dir/nginx.conf" <<EOF
 # generated by bench/run.sh: backend web$((i + 1))
@@ -241,7 +301,7 @@ worker_rlimit_nofile 65536;
 pid $dir/nginx.pid;
 error_log $dir/logs/error.log warn;
 events {
-    # Room for CONNECTIONS clients plus the warm-up's connections still closing.
+    # Room for every client plus the connections of earlier runs still closing.
     worker_connections 32768;
 }
 http {
@@ -249,9 +309,15 @@ http {
     default_type text/plain;
     keepalive_timeout 65s;
     keepalive_requests 1000000;
+    sendfile on;
+    tcp_nopush on;
 $(nginx_temp_paths)
     server {
         listen 127.0.0.1:$port backlog=4096;
+$listens
+        location = /1m.bin {
+            root $TMP/www;
+        }
         location / {
             return 200 "$BODY";
         }
@@ -264,12 +330,20 @@ EOF
         start_process "web$((i + 1))" "$dir/logs/stdout.log" \
             "${PIN_LOAD[@]}" "$NGINX_BIN" -c "$dir/nginx.conf" -p "$dir/" -e "$dir/logs/error.log"
         pid=$LAST_PID
-        wait_until 10 "backend web$((i + 1)) (nginx, port $port)" "$pid" port_open "$port"
+        wait_until 30 "backend web$((i + 1)) (nginx, port $port)" "$pid" port_open "$port"
         check_exe "$pid" "$NGINX_BIN"
     done
     for port in "${BACKEND_PORTS[@]}"; do
         check_body "http://127.0.0.1:$port/" "backend on port $port"
     done
+    if [[ " ${SCENARIOS[*]} " == *" many_backends "* ]]; then
+        check_body "http://127.0.0.1:$MANY_BASE/" "backend on port $MANY_BASE"
+        check_body "http://127.0.0.1:$((MANY_BASE + MANY_N - 1))/" \
+            "backend on port $((MANY_BASE + MANY_N - 1))"
+    fi
+    local got
+    got=$(curl -sS --max-time 5 -o /dev/null -w '%{size_download}' "http://127.0.0.1:${BACKEND_PORTS[0]}/1m.bin")
+    [[ $got == "$LARGE_BYTES" ]] || die "backend /1m.bin gave $got bytes, expected $LARGE_BYTES"
     log "backends up: ports ${BACKEND_PORTS[*]} (nginx $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///'))"
 }
 
@@ -279,15 +353,21 @@ check_body() {
     [[ $got == "$BODY" ]] || die "$what: $url answered '$got', expected '$BODY'"
 }
 
+# ---- what a run needs from its target ---------------------------------------------
+#
+# The scenario being run sets these before the target starts:
+#   RUN_PORTS     backend ports the proxy forwards to (3, or MANY_N)
+#   RUN_IDLE      1: raised connection limits and idle timeouts (idle_memory)
+RUN_PORTS=()
+RUN_IDLE=0
+
 # ---- targets --------------------------------------------------------------------
 #
-# EXTENSION POINT: one start_<name> / stop_<name> pair per target, plus a case in
-# target_url. start_* must return only once the target serves traffic (start_target
-# then checks the response body through it); stop_* must stop everything start_*
-# started and fail if that did not go cleanly. Start processes with start_process (so
-# the exit trap can kill them) and "${PIN_PROXY[@]}" (CPU pinning); they get
-# THREADS worker threads/processes (e.g. haproxy: nbthread THREADS; nginx:
-# worker_processes THREADS).
+# One start_<name> / stop_<name> pair per target, plus a case in target_url. start_*
+# returns only once the target serves traffic (start_target then checks the response
+# body through it); stop_* stops everything start_* started and fails if that did not
+# go cleanly. Processes are started with start_process (so the exit trap can kill
+# them) and "${PIN_PROXY[@]}" (CPU pinning); they get THREADS worker threads.
 
 GEARLB_PID=""
 
@@ -296,9 +376,8 @@ gearlb_healthy() {
         "http://127.0.0.1:$GEARLB_STATUS_PORT/health") == 200 ]]
 }
 
-start_gearlb() {
-    local dir=$TMP/gearlb i
-    mkdir -p "$dir/data"
+write_gearlb_config() {
+    local dir=$1 i p
     {
         echo "# generated by bench/run.sh"
         echo "[runtime]"
@@ -310,12 +389,29 @@ start_gearlb() {
         echo "socket = \"$dir/control.sock\""
         echo "[state]"
         echo "dir = \"$dir/data\""
-        for i in "${!BACKEND_PORTS[@]}"; do
+        if [[ $RUN_IDLE == 1 ]]; then
+            # Idle keep-alive connections must outlive the measurement (default 10s).
+            echo "[timeouts]"
+            echo "client = \"5m\""
+            echo "request_header = \"5m\""
+            echo "[limits]"
+            echo "max_connections = $((IDLE_CONNS + 2000))"
+        fi
+        i=0
+        for p in "${RUN_PORTS[@]}"; do
+            i=$((i + 1))
             echo "[[backends]]"
-            echo "name = \"web$((i + 1))\""
-            echo "addr = \"127.0.0.1:${BACKEND_PORTS[$i]}\""
+            echo "name = \"web$i\""
+            echo "addr = \"127.0.0.1:$p\""
         done
     } >"$dir/gearlb.toml"
+}
+
+start_gearlb() {
+    local dir=$TMP/gearlb
+    rm -rf "$dir"
+    mkdir -p "$dir/data"
+    write_gearlb_config "$dir"
     port_open "$GEARLB_PORT" && die "port $GEARLB_PORT already in use (gearlb proxy)"
     port_open "$GEARLB_STATUS_PORT" && die "port $GEARLB_STATUS_PORT already in use (gearlb status)"
     start_process gearlb "$dir/gearlb.log" \
@@ -326,7 +422,7 @@ start_gearlb() {
 }
 
 stop_gearlb() {
-    local pid=$GEARLB_PID rc=0
+    local pid=$GEARLB_PID rc=0 i
     [[ -n $pid ]] || return 0
     GEARLB_PID=""
     forget_pid "$pid"
@@ -335,7 +431,6 @@ stop_gearlb() {
         die "gearlb (pid $pid) died during the run with status $rc; log: $TMP/gearlb/gearlb.log"
     fi
     kill -s TERM "$pid"
-    local i
     for ((i = 0; i < 150; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
@@ -349,20 +444,132 @@ stop_gearlb() {
     ((rc == 0)) || die "gearlb exited with status $rc after SIGTERM; log: $TMP/gearlb/gearlb.log"
 }
 
+# ---- HAProxy ----------------------------------------------------------------------
+
+HAPROXY_BIN=""
+HAPROXY_PID=""      # the current (newest) haproxy process
+HAPROXY_OLD_PIDS=() # processes replaced by a reload (-sf), finishing their connections
+
+haproxy_port() {
+    case $1 in
+    haproxy-close) echo "$HAPROXY_CLOSE_PORT" ;;
+    haproxy-reuse) echo "$HAPROXY_REUSE_PORT" ;;
+    esac
+}
+
+# write_haproxy_config NAME FILE PORT...: the template bench/configs/NAME.cfg.in with the
+# given backend ports as server lines (cookie value = server name, checks as the
+# cartridge: fall 2 rise 3 inter 2000).
+write_haproxy_config() {
+    local name=$1 file=$2 i=0 p servers="" gmax mmax tclient tka
+    shift 2
+    for p in "$@"; do
+        i=$((i + 1))
+        servers+="    server gear-web$i 127.0.0.1:$p check fall 2 rise 3 inter 2000 cookie web$i"$'\n'
+    done
+    # The cartridge's limits (maxconn 256 global, 128 per proxy) for haproxy-close; no
+    # queueing limit for haproxy-reuse; room for the idle clients in idle_memory.
+    # (HAProxy wants two descriptors per connection: limits fit under `ulimit -n`.)
+    local extra=""
+    case $name in
+    haproxy-close) gmax=256 mmax=128 ;;
+    *) gmax=4000 mmax=4000 ;;
+    esac
+    tclient=1m tka=10s
+    if [[ $RUN_IDLE == 1 ]]; then
+        gmax=$((IDLE_CONNS + 500)) mmax=$((IDLE_CONNS + 500)) tclient=5m tka=5m
+        # Idle clients need one descriptor each, not two: start even if maxconn * 2 is
+        # over the open-files limit.
+        extra="    no strict-limits"
+    fi
+    awk -v servers="$servers" -v port="$(haproxy_port "$name")" -v threads="$THREADS" \
+        -v cpus="$PROXY_CPUS" -v gmax="$gmax" -v mmax="$mmax" -v tclient="$tclient" \
+        -v tka="$tka" -v dir="$TMP/$name" -v extra="$extra" '
+        { gsub(/@PORT@/, port); gsub(/@THREADS@/, threads); gsub(/@PROXY_CPUS@/, cpus)
+          gsub(/@GLOBAL_MAXCONN@/, gmax); gsub(/@MAXCONN@/, mmax)
+          gsub(/@TIMEOUT_CLIENT@/, tclient); gsub(/@TIMEOUT_KEEPALIVE@/, tka)
+          gsub(/@DIR@/, dir) }
+        /^@SERVERS@$/ { printf "%s", servers; next }
+        /^global/ { print; if (extra != "") print extra; next }
+        { print }' "$SCRIPT_DIR/configs/$name.cfg.in" >"$file"
+    [[ $PIN == 1 ]] || sed -i '/cpu-map/d' "$file"
+}
+
+check_haproxy_config() {
+    "$HAPROXY_BIN" -c -q -f "$1" >/dev/null 2>&1 ||
+        die "invalid HAProxy config $1: $("$HAPROXY_BIN" -c -f "$1" 2>&1 | tail -5)"
+}
+
+start_haproxy_named() {
+    local name=$1 dir=$TMP/$1 port
+    port=$(haproxy_port "$name")
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    write_haproxy_config "$name" "$dir/haproxy.cfg" "${RUN_PORTS[@]}"
+    check_haproxy_config "$dir/haproxy.cfg"
+    port_open "$port" && die "port $port already in use ($name)"
+    # -db: foreground, no daemon; one process with THREADS threads.
+    start_process "$name" "$dir/haproxy.log" \
+        "${PIN_PROXY[@]}" "$HAPROXY_BIN" -db -f "$dir/haproxy.cfg"
+    HAPROXY_PID=$LAST_PID
+    HAPROXY_OLD_PIDS=()
+    wait_until 20 "$name (log: $dir/haproxy.log)" "$HAPROXY_PID" port_open "$port"
+    check_exe "$HAPROXY_PID" "$HAPROXY_BIN"
+}
+
+# reload_haproxy NAME CONFIG: the cartridge's reload: a new process on the new config,
+# `-sf OLD` so the old one stops listening and finishes its connections.
+reload_haproxy() {
+    local name=$1 cfg=$2 old=$HAPROXY_PID
+    start_process "$name" "$TMP/$name/haproxy.log" \
+        "${PIN_PROXY[@]}" "$HAPROXY_BIN" -db -f "$cfg" -sf "$old"
+    HAPROXY_PID=$LAST_PID
+    HAPROXY_OLD_PIDS+=("$old")
+}
+
+stop_haproxy_named() {
+    local name=$1 pid=$HAPROXY_PID p rc=0
+    [[ -n $pid ]] || return 0
+    HAPROXY_PID=""
+    for p in "${HAPROXY_OLD_PIDS[@]}"; do
+        forget_pid "$p"
+        kill_wait "$p" TERM 10 || true
+    done
+    HAPROXY_OLD_PIDS=()
+    forget_pid "$pid"
+    if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" || rc=$?
+        die "$name (pid $pid) died during the run with status $rc; log: $TMP/$name/haproxy.log"
+    fi
+    # SIGUSR1: soft stop (finish connections, then exit 0).
+    kill -s USR1 "$pid"
+    kill_wait "$pid" USR1 15 || die "$name (pid $pid) did not stop within 15s"
+}
+
+start_haproxy-close() { start_haproxy_named haproxy-close; }
+stop_haproxy-close() { stop_haproxy_named haproxy-close; }
+start_haproxy-reuse() { start_haproxy_named haproxy-reuse; }
+stop_haproxy-reuse() { stop_haproxy_named haproxy-reuse; }
+
 start_direct() { :; } # the backends are already running
 stop_direct() { :; }
 
-# EXTENSION POINT: e.g.
-#   start_haproxy-close() { write haproxy.cfg with `option http-server-close`; ... }
-#   start_haproxy-reuse() { ... `http-reuse always` ... }
-#   start_nginx()         { ... upstream with keepalive ... }
-
 target_url() {
     case $1 in
-    gearlb) echo "http://127.0.0.1:$GEARLB_PORT/" ;;
-    direct) echo "http://127.0.0.1:${BACKEND_PORTS[0]}/" ;;
-    # EXTENSION POINT: haproxy-close) echo "http://127.0.0.1:18090/" ;;
+    gearlb) echo "http://127.0.0.1:$GEARLB_PORT" ;;
+    haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
+    haproxy-reuse) echo "http://127.0.0.1:$HAPROXY_REUSE_PORT" ;;
+    direct) echo "http://127.0.0.1:${BACKEND_PORTS[0]}" ;;
     *) die "unknown target '$1'" ;;
+    esac
+}
+
+# target_pid NAME: the process whose memory is the target's.
+target_pid() {
+    case $1 in
+    gearlb) echo "$GEARLB_PID" ;;
+    haproxy-*) echo "$HAPROXY_PID" ;;
+    *) echo "" ;;
     esac
 }
 
@@ -373,54 +580,253 @@ target_known() {
 start_target() {
     local name=$1
     target_known "$name" || die "unknown target '$name' (no start_$name/stop_$name)"
-    log "starting target $name"
     "start_$name"
-    check_body "$(target_url "$name")" "target $name"
+    check_body "$(target_url "$name")/" "target $name"
 }
 
-stop_target() {
-    log "stopping target $1"
-    "stop_$1"
+stop_target() { "stop_$1"; }
+
+# ---- load generators ----------------------------------------------------------------
+
+# parse_wrk FILE -> "REQS P50 P99 ERRORS MBPS" (tab-separated); errors = non-2xx/3xx +
+# socket errors (connect, read, write, timeout).
+parse_wrk() {
+    awk '
+        function mb(s,   n, u) {
+            n = s + 0; u = s; sub(/^[0-9.]+/, "", u)
+            if (u == "GB") n *= 1024; else if (u == "KB") n /= 1024; else if (u == "B") n /= 1048576
+            return n
+        }
+        function ms(s,   n, u) {
+            n = s + 0; u = s; sub(/^[0-9.]+/, "", u)
+            if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+            return n
+        }
+        /^Requests\/sec:/                          { rps = $2 }
+        /^Transfer\/sec:/                          { mbps = mb($2) }
+        /^[ \t]+50(\.000)?%[ \t]/                  { p50 = ms($2) }
+        /^[ \t]+99(\.000)?%[ \t]/                  { p99 = ms($2) }
+        /Non-2xx or 3xx responses:/                { err += $NF }
+        /Socket errors:/ {
+            line = $0; sub(/.*Socket errors:/, "", line); gsub(/,/, "", line)
+            n = split(line, f, " ")
+            for (i = 2; i <= n; i += 2) err += f[i]
+        }
+        END {
+            if (rps == "") { print "?\t?\t?\t?\t?"; exit }
+            printf "%.0f\t%.3f\t%.3f\t%d\t%.1f\n", rps, p50, p99, err, mbps
+        }' "$1"
+}
+
+# wrk_run OUT CONNECTIONS SECONDS URL [EXTRA WRK ARGS...]
+wrk_run() {
+    local out=$1 c=$2 secs=$3 url=$4
+    shift 4
+    "${PIN_LOAD[@]}" wrk -t1 -c"$c" -d"${secs}s" --latency "$@" "$url" >"$out" 2>&1 ||
+        die "wrk against $url failed: $(cat "$out")"
+}
+
+warmup() {
+    local url=$1 out=$2 c=${3:-$CONNECTIONS}
+    shift 3 || true
+    if ((WARMUP > 0)); then
+        "${PIN_LOAD[@]}" wrk -t1 -c"$c" -d"${WARMUP}s" "$@" "$url" >"$out.warmup" 2>&1 ||
+            die "wrk warm-up against $url failed: $(cat "$out.warmup")"
+    fi
 }
 
 # ---- scenarios --------------------------------------------------------------------
 #
-# Contract: scenario_<name> URL OUTFILE runs the load against URL and writes wrk's
-# output (with --latency) to OUTFILE; it fails if wrk fails. SCENARIO_DESC[<name>] is the
-# one-line description printed above the table.
-declare -A SCENARIO_DESC
+# Contract: scenario_<name> TARGET URL OUT runs the load against the running TARGET at
+# URL (no trailing slash), keeps raw output in OUT*, and sets ROW to one tab-separated
+# row of the columns named in SCENARIO_COLS[<name>] (numbers, or "?" when unknown). It
+# runs in the main shell (never in $(...)): it may start processes and reload targets.
+# SCENARIO_TARGETS[<name>] (default: all) limits the targets; SCENARIO_VARIANTS[<name>]
+# runs the scenario several times per target and round (e.g. N=3 and N=1000); every
+# variant starts its target afresh. SCENARIO_METRIC[<name>] is the column compared in
+# the summary, SCENARIO_BETTER[<name>] "higher" or "lower".
+declare -A SCENARIO_DESC SCENARIO_COLS SCENARIO_TARGETS SCENARIO_VARIANTS SCENARIO_METRIC \
+    SCENARIO_BETTER SCENARIO_ERRORS_OK
 
-# Peak requests/s: small (16-byte) responses, keep-alive clients, one wrk thread.
-SCENARIO_DESC[peak_small]="peak req/s, 16-byte responses, keep-alive clients: wrk -t1 -c$CONNECTIONS -d${DURATION}s --latency (after a ${WARMUP}s warm-up)"
+SCENARIO_DESC[peak_small]="peak req/s, 16-byte responses, keep-alive clients: wrk -t1 -c$CONNECTIONS -d${DURATION}s (after a ${WARMUP}s warm-up)"
+SCENARIO_COLS[peak_small]="req/s p50_ms p99_ms errors"
+SCENARIO_METRIC[peak_small]="req/s"
+SCENARIO_BETTER[peak_small]=higher
 scenario_peak_small() {
-    local url=$1 out=$2
-    if ((WARMUP > 0)); then
-        "${PIN_LOAD[@]}" wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$url" >"$out.warmup" 2>&1 ||
-            die "wrk warm-up against $url failed: $(cat "$out.warmup")"
-    fi
-    "${PIN_LOAD[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$url" >"$out" 2>&1 ||
-        die "wrk against $url failed: $(cat "$out")"
+    local url=$2/ out=$3 r
+    warmup "$url" "$out" "$CONNECTIONS"
+    wrk_run "$out" "$CONNECTIONS" "$DURATION" "$url"
+    r=$(parse_wrk "$out")
+    ROW=$(cut -f1-4 <<<"$r")
 }
 
-# ---- wrk output parsing -----------------------------------------------------------
+RATE_USED=""
+SCENARIO_DESC[fixed_rate]="latency at a fixed rate (FIXED_FRACTION=$FIXED_FRACTION% of $REF's median peak unless FIXED_RATE), coordinated omission corrected: oha -c$CONNECTIONS -q RATE --latency-correction -z ${FIXED_DURATION}s"
+SCENARIO_COLS[fixed_rate]="rate achieved p50_ms p99_ms p99.9_ms max_ms errors"
+SCENARIO_METRIC[fixed_rate]="p99_ms"
+SCENARIO_BETTER[fixed_rate]=lower
+scenario_fixed_rate() {
+    local url=$2/ out=$3
+    warmup "$url" "$out" "$CONNECTIONS"
+    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -c "$CONNECTIONS" \
+        -q "$RATE_USED" --latency-correction -z "${FIXED_DURATION}s" "$url" >"$out" 2>"$out.err" ||
+        die "oha against $url failed: $(cat "$out.err")"
+    ROW=$(python3 - "$out" "$RATE_USED" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d.get("latencyPercentiles", {})
+s = d.get("summary", {})
+codes = d.get("statusCodeDistribution", {})
+ok = sum(n for c, n in codes.items() if str(c).startswith(("2", "3")))
+bad = sum(n for c, n in codes.items() if not str(c).startswith(("2", "3")))
+# Requests still in flight when the -z deadline ends the run are not failures.
+errs = sum(n for e, n in d.get("errorDistribution", {}).items() if e != "aborted due to deadline")
+ms = lambda v: "?" if v is None else "%.3f" % (v * 1000)
+print("\t".join([sys.argv[2], "%.0f" % (s.get("requestsPerSec") or 0), ms(p.get("p50")),
+                 ms(p.get("p99")), ms(p.get("p99.9")), ms(s.get("slowest")), str(bad + errs)]))
+EOF
+    )
+}
 
-# parse_wrk FILE -> "REQS P50 P99 NON2XX SOCKERR" (tab-separated)
-parse_wrk() {
-    awk '
-        /^Requests\/sec:/                          { rps = $2 }
-        /^[ \t]+50(\.000)?%[ \t]/                  { p50 = $2 }
-        /^[ \t]+99(\.000)?%[ \t]/                  { p99 = $2 }
-        /Non-2xx or 3xx responses:/                { non2xx = $NF }
-        /Socket errors:/ {
-            # Socket errors: connect 0, read 0, write 0, timeout 0
-            line = $0; sub(/.*Socket errors:/, "", line); gsub(/,/, "", line)
-            n = split(line, f, " ")
-            for (i = 2; i <= n; i += 2) sockerr += f[i]
-        }
-        END {
-            printf "%s\t%s\t%s\t%d\t%d\n", (rps == "" ? "?" : rps), (p50 == "" ? "?" : p50),
-                (p99 == "" ? "?" : p99), non2xx, sockerr
-        }' "$1"
+SCENARIO_DESC[new_conn]="a new client connection per request (Connection: close): wrk -t1 -c$CONNECTIONS -d${DURATION}s -H 'Connection: close'"
+SCENARIO_COLS[new_conn]="req/s p50_ms p99_ms errors"
+SCENARIO_METRIC[new_conn]="req/s"
+SCENARIO_BETTER[new_conn]=higher
+scenario_new_conn() {
+    local url=$2/ out=$3 r
+    warmup "$url" "$out" "$CONNECTIONS" -H "Connection: close"
+    wrk_run "$out" "$CONNECTIONS" "$DURATION" "$url" -H "Connection: close"
+    r=$(parse_wrk "$out")
+    ROW=$(cut -f1-4 <<<"$r")
+}
+
+SCENARIO_DESC[large_body]="1 MiB responses, keep-alive clients: wrk -t1 -c$LARGE_CONNECTIONS -d${DURATION}s /1m.bin"
+SCENARIO_COLS[large_body]="MB/s req/s p99_ms errors"
+SCENARIO_METRIC[large_body]="MB/s"
+SCENARIO_BETTER[large_body]=higher
+scenario_large_body() {
+    local url=$2/1m.bin out=$3 r
+    warmup "$url" "$out" "$LARGE_CONNECTIONS"
+    wrk_run "$out" "$LARGE_CONNECTIONS" "$DURATION" "$url"
+    r=$(parse_wrk "$out")
+    ROW=$(awk -F'\t' -v OFS='\t' '{ print $5, $1, $3, $4 }' <<<"$r")
+}
+
+SCENARIO_DESC[many_backends]="peak req/s with N=3 and N=$MANY_N backends (one nginx port each, health checks on): wrk -t1 -c$CONNECTIONS -d${DURATION}s"
+SCENARIO_COLS[many_backends]="req/s p50_ms p99_ms errors"
+SCENARIO_TARGETS[many_backends]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_VARIANTS[many_backends]="N=3 N=$MANY_N"
+SCENARIO_METRIC[many_backends]="req/s"
+SCENARIO_BETTER[many_backends]=higher
+scenario_many_backends() { scenario_peak_small "$@"; }
+
+SCENARIO_DESC[churn]="peak load (wrk -t1 -c$CONNECTIONS -d${DURATION}s) while the backend set changes $CHURN_HZ times a second: gearlb: gearlb ctl update-cluster (one of the three gears left out in turn); haproxy: the cartridge's reload, a new process with -sf OLD on the changed config"
+SCENARIO_COLS[churn]="req/s changes errors"
+SCENARIO_TARGETS[churn]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_METRIC[churn]="errors"
+SCENARIO_BETTER[churn]=lower
+SCENARIO_ERRORS_OK[churn]="haproxy-close haproxy-reuse"
+scenario_churn() {
+    local target=$1 url=$2/ out=$3 wrk_pid k=0 changes=0 period start now entries p i
+    period=$(awk -v hz="$CHURN_HZ" 'BEGIN { printf "%.4f", 1 / hz }')
+    warmup "$url" "$out" "$CONNECTIONS"
+    "${PIN_LOAD[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$url" >"$out" 2>&1 &
+    wrk_pid=$!
+    PIDS+=("$wrk_pid")
+    start=$(date +%s.%N)
+    while kill -0 "$wrk_pid" 2>/dev/null; do
+        # Set k: every backend but number (k mod 3), so each change removes one gear and
+        # brings back another.
+        local skip=$((k % ${#RUN_PORTS[@]})) set=()
+        for i in "${!RUN_PORTS[@]}"; do ((i == skip)) || set+=("${RUN_PORTS[$i]}"); done
+        case $target in
+        gearlb)
+            entries=""
+            for i in "${!RUN_PORTS[@]}"; do
+                ((i == skip)) || entries+="web$((i + 1))-bench.example.com|127.0.0.1:${RUN_PORTS[$i]} "
+            done
+            if "${PIN_LOAD[@]}" "$GEARLB_BIN" ctl --socket "$TMP/gearlb/control.sock" \
+                update-cluster "$entries" >>"$out.ctl" 2>&1; then
+                changes=$((changes + 1))
+            else
+                log "update-cluster failed: $(tail -1 "$out.ctl")"
+            fi
+            ;;
+        haproxy-*)
+            write_haproxy_config "$target" "$TMP/$target/haproxy-$k.cfg" "${set[@]}"
+            reload_haproxy "$target" "$TMP/$target/haproxy-$k.cfg"
+            changes=$((changes + 1))
+            # Reap the replaced processes that have finished.
+            local left=()
+            for p in "${HAPROXY_OLD_PIDS[@]}"; do
+                if kill -0 "$p" 2>/dev/null; then left+=("$p"); else
+                    wait "$p" 2>/dev/null || true
+                    forget_pid "$p"
+                fi
+            done
+            HAPROXY_OLD_PIDS=("${left[@]}")
+            ;;
+        esac
+        k=$((k + 1))
+        # Next change at start + k * period.
+        now=$(date +%s.%N)
+        p=$(awk -v s="$start" -v k="$k" -v per="$period" -v n="$now" \
+            'BEGIN { d = s + k * per - n; if (d > 0) printf "%.4f", d; else print 0 }')
+        [[ $p == 0 ]] || sleep "$p"
+    done
+    wait "$wrk_pid" || die "wrk against $url failed: $(cat "$out")"
+    forget_pid "$wrk_pid"
+    local r
+    r=$(parse_wrk "$out")
+    ROW=$(awk -F'\t' -v OFS='\t' -v c="$changes" '{ print $1, c, $4 }' <<<"$r")
+}
+
+SCENARIO_DESC[idle_memory]="resident memory (VmRSS) of the proxy with $IDLE_CONNS idle keep-alive client connections, each after one request (bench/idle_clients.py); idle timeouts raised to 5m and connection limits to fit, for every proxy"
+SCENARIO_COLS[idle_memory]="idle_conns RSS_MiB RSS_before_MiB"
+SCENARIO_TARGETS[idle_memory]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_METRIC[idle_memory]="RSS_MiB"
+SCENARIO_BETTER[idle_memory]=lower
+scenario_idle_memory() {
+    local target=$1 url=$2 out=$3 pid port before after conns line i
+    pid=$(target_pid "$target")
+    port=${url##*:}
+    # Some traffic first, so that the "before" figure includes warmed-up pools.
+    warmup "$url/" "$out" "$CONNECTIONS"
+    sleep 1
+    before=$(rss_kib "$pid")
+    start_process idle-clients "$out" "${PIN_LOAD[@]}" python3 "$SCRIPT_DIR/idle_clients.py" \
+        127.0.0.1 "$port" "$IDLE_CONNS"
+    local cpid=$LAST_PID
+    for ((i = 0; i < 1200; i++)); do
+        grep -q '^ready' "$out" 2>/dev/null && break
+        kill -0 "$cpid" 2>/dev/null || die "idle_clients.py died: $(cat "$out")"
+        sleep 0.1
+    done
+    line=$(grep '^ready' "$out" || true)
+    [[ -n $line ]] || die "idle_clients.py not ready after 120s: $(tail -3 "$out")"
+    sleep 2
+    after=$(rss_kib "$pid")
+    conns=$(ss -Htn state established "( sport = :$port )" 2>/dev/null | wc -l)
+    forget_pid "$cpid"
+    kill_wait "$cpid" TERM 10 || true
+    read -r _ open failed <<<"$line"
+    ((failed == 0)) || log "idle_clients: $failed connection(s) failed against $target"
+    ROW=$(awk -v c="$conns" -v a="$after" -v b="$before" 'BEGIN { printf "%d\t%.1f\t%.1f", c, a / 1024, b / 1024 }')
+    ((open == IDLE_CONNS)) || log "only $open of $IDLE_CONNS idle connections opened against $target"
+}
+
+# scenario_setup SCENARIO VARIANT: what the target needs for this run (RUN_*).
+scenario_setup() {
+    RUN_PORTS=("${BACKEND_PORTS[@]}")
+    RUN_IDLE=0
+    case $1 in
+    many_backends)
+        if [[ $2 != "N=3" ]]; then
+            mapfile -t RUN_PORTS < <(many_ports)
+        fi
+        ;;
+    idle_memory) RUN_IDLE=1 ;;
+    esac
 }
 
 # ---- main ---------------------------------------------------------------------------
@@ -444,6 +850,29 @@ ensure_binary() {
     (cd "$REPO" && cargo build --release) || die "cargo build --release failed"
 }
 
+ensure_tools() {
+    apt_need wrk wrk
+    apt_need curl curl
+    apt_need nginx nginx-light
+    apt_need ss iproute2
+    need awk gawk
+    if [[ " ${TARGETS[*]} " == *" haproxy-"* ]]; then
+        apt_need haproxy haproxy
+        HAPROXY_BIN=$(command -v haproxy)
+    fi
+    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* ]]; then
+        if [[ ! -x $OHA_BIN ]]; then
+            need cargo "(install Rust: https://rustup.rs)"
+            log "installing oha: cargo install --locked oha (a few minutes)"
+            cargo install --locked oha >&2 || die "cargo install oha failed"
+            OHA_BIN=$HOME/.cargo/bin/oha
+        fi
+    fi
+    if [[ " ${SCENARIOS[*]} " == *" idle_memory "* ]]; then
+        need python3 python3
+    fi
+}
+
 gearlb_revision() {
     local rev
     if rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null); then
@@ -460,76 +889,194 @@ gearlb_revision() {
 print_header() {
     local cpu
     cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
+    echo "command:   $COMMAND_LINE"
     echo "machine:   nproc=$(nproc), cpu: ${cpu:-unknown}, kernel $(uname -r)"
+    echo "load:      before: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "gearlb:    $(gearlb_revision)"
+    [[ -z $HAPROXY_BIN ]] || echo "haproxy:   $("$HAPROXY_BIN" -v 2>&1 | awk 'NR == 1 { print $3 }')"
+    echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
     echo "wrk:       $({ wrk --version 2>&1 || true; } | awk 'NR == 1 { print $1, $2 }')"
-    echo "scenario:  $SCENARIO: ${SCENARIO_DESC[$SCENARIO]:-}"
-    echo "proxy:     $THREADS worker thread(s)"
+    [[ ! -x $OHA_BIN ]] || echo "oha:       $("$OHA_BIN" --version 2>&1 | head -1)"
+    echo "proxies:   $THREADS worker thread(s) each"
     if [[ $PIN == 1 ]]; then
-        echo "pinning:   proxy on CPU $PROXY_CPUS; wrk + backends on CPU $LOAD_CPUS"
+        echo "pinning:   proxy on CPU $PROXY_CPUS; load generators + nginx backends on CPU $LOAD_CPUS"
     else
         echo "pinning:   off"
     fi
-    echo "rounds:    $ROUNDS x (${TARGETS[*]})"
+    echo "rounds:    $ROUNDS, targets alternating: ${TARGETS[*]}"
+}
+
+ROW=""
+RESULTS="" # TSV: scenario variant target round columns...
+
+# run_one SCENARIO VARIANT TARGET ROUND
+FAILED=0
+run_one() {
+    local s=$1 v=$2 t=$3 round=$4 out row errs allowed
+    out=$TMP/out-$s-${v//=/}-$t-r$round
+    scenario_setup "$s" "$v"
+    start_target "$t"
+    log "round $round/$ROUNDS: $s${v:+ ($v)} against $t"
+    ROW=""
+    "scenario_$s" "$t" "$(target_url "$t")" "$out"
+    row=$ROW
+    stop_target "$t"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$s" "${v:--}" "$t" "$round" "$row" >>"$RESULTS"
+    # The last column named "errors" must be 0 (except where errors are the point).
+    errs=$(awk -F'\t' -v cols="${SCENARIO_COLS[$s]}" '{
+        n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == "errors") print $(i) }' <<<"$row")
+    allowed=" ${SCENARIO_ERRORS_OK[$s]:-} "
+    if [[ $row == *"?"* || (-n $errs && $errs != 0 && $allowed != *" $t "*) ]]; then
+        FAILED=1
+        log "$s against $t had errors or no result: $row (raw output: $out*)"
+    fi
+}
+
+# fixed_rate needs REF's peak: from peak_small when it ran, else measured now.
+decide_rate() {
+    if [[ -n $FIXED_RATE ]]; then
+        RATE_USED=$FIXED_RATE
+        return
+    fi
+    local peak
+    peak=$(awk -F'\t' -v ref="$REF" '$1 == "peak_small" && $3 == ref { print $5 }' "$RESULTS" | median)
+    if [[ $peak == "?" ]]; then
+        target_known "$REF" || die "fixed_rate needs FIXED_RATE or target $REF"
+        log "fixed_rate: measuring $REF's peak first (not in this run's peak_small)"
+        scenario_setup peak_small ""
+        start_target "$REF"
+        scenario_peak_small "$REF" "$(target_url "$REF")" "$TMP/out-ref-peak"
+        peak=$(cut -f1 <<<"$ROW")
+        stop_target "$REF"
+    fi
+    RATE_USED=$(awk -v p="$peak" -v f="$FIXED_FRACTION" 'BEGIN { printf "%d", p * f / 100 }')
+    ((RATE_USED > 0)) || die "fixed_rate: no rate from $REF's peak ($peak)"
+    log "fixed_rate: $RATE_USED req/s ($FIXED_FRACTION% of $REF's peak $peak)"
+}
+
+# Targets of a scenario, in TARGETS order.
+scenario_targets() {
+    local t allowed=" ${SCENARIO_TARGETS[$1]:-${TARGETS[*]}} "
+    for t in "${TARGETS[@]}"; do [[ $allowed == *" $t "* ]] && echo "$t"; done
+    return 0
+}
+
+print_scenario() {
+    local s=$1 cols
+    cols=${SCENARIO_COLS[$s]}
+    echo
+    echo "== $s: ${SCENARIO_DESC[$s]}"
+    [[ $s != fixed_rate ]] || echo "   rate: $RATE_USED req/s"
+    # shellcheck disable=SC2086 # word splitting of the column list is intended
+    awk -F'\t' -v s="$s" -v cols="$cols" '
+        BEGIN { n = split(cols, c, " "); printf "%-14s %-8s %5s", "target", "variant", "round"
+                for (i = 1; i <= n; i++) printf " %12s", c[i]; printf "\n" }
+        $1 == s { printf "%-14s %-8s %5s", $3, $2, $4
+                  for (i = 1; i <= n; i++) printf " %12s", $(4 + i); printf "\n" }' "$RESULTS"
+}
+
+# The summary: per scenario (and variant), the median of the compared column for every
+# target, and each target's ratio to REF.
+print_summary() {
+    local s v t col idx better ref_val val ratio line
+    echo
+    echo "== summary: median over $ROUNDS round(s); ratio = target / $REF"
+    printf '%-24s %-14s %-7s' "scenario" "metric" "better"
+    for t in "${TARGETS[@]}"; do printf ' %14s' "$t"; done
+    for t in "${TARGETS[@]}"; do [[ $t == "$REF" ]] || printf ' %14s' "$t/ref"; done
+    echo
+    for s in "${SCENARIOS[@]}"; do
+        col=${SCENARIO_METRIC[$s]}
+        better=${SCENARIO_BETTER[$s]}
+        idx=$(awk -v cols="${SCENARIO_COLS[$s]}" -v want="$col" \
+            'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }')
+        for v in ${SCENARIO_VARIANTS[$s]:--}; do
+            line=$(printf '%-24s %-14s %-7s' "$s${SCENARIO_VARIANTS[$s]:+ $v}" "$col" "$better")
+            declare -A med=()
+            for t in "${TARGETS[@]}"; do
+                med[$t]=$(awk -F'\t' -v s="$s" -v v="$v" -v t="$t" -v i="$idx" \
+                    '$1 == s && $2 == v && $3 == t { print $i }' "$RESULTS" | median)
+                line+=$(printf ' %14s' "${med[$t]}")
+            done
+            ref_val=${med[$REF]:-?}
+            for t in "${TARGETS[@]}"; do
+                [[ $t == "$REF" ]] && continue
+                val=${med[$t]}
+                if [[ $val == "?" || $ref_val == "?" ]] || ! awk -v r="$ref_val" 'BEGIN { exit !(r > 0) }'; then
+                    ratio="-"
+                else
+                    ratio=$(awk -v a="$val" -v b="$ref_val" 'BEGIN { printf "%.2fx", a / b }')
+                fi
+                line+=$(printf ' %14s' "$ratio")
+            done
+            echo "$line"
+            unset med
+        done
+        if [[ $s == many_backends ]]; then
+            for t in "${TARGETS[@]}"; do
+                local a b
+                a=$(awk -F'\t' -v t="$t" -v i="$idx" '$1 == "many_backends" && $2 == "N=3" && $3 == t { print $i }' "$RESULTS" | median)
+                b=$(awk -F'\t' -v t="$t" -v i="$idx" -v n="N=$MANY_N" '$1 == "many_backends" && $2 == n && $3 == t { print $i }' "$RESULTS" | median)
+                [[ $a == "?" || $b == "?" ]] ||
+                    printf '%-24s %s: N=%s / N=3 = %s\n' "" "$t" "$MANY_N" \
+                        "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
+            done
+        fi
+    done
 }
 
 main() {
-    need wrk wrk
-    need curl curl
-    need awk gawk
-    setup_pinning
-    # wrk needs one descriptor per connection; raise the soft limit if it is too low.
-    local want=$((CONNECTIONS * 2 + 256))
-    if (($(ulimit -n) < want)); then
-        ulimit -n "$want" 2>/dev/null || ulimit -n "$(ulimit -H -n)" ||
-            die "cannot raise the open-files limit to $want for CONNECTIONS=$CONNECTIONS"
-        (($(ulimit -n) >= CONNECTIONS + 64)) ||
-            die "open-files limit $(ulimit -n) too low for CONNECTIONS=$CONNECTIONS"
-    fi
-    declare -F "scenario_$SCENARIO" >/dev/null || die "unknown SCENARIO '$SCENARIO'"
-    local t
+    COMMAND_LINE="$(env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' | sort | tr '\n' ' ')bash bench/run.sh"
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+    local s t v round
+    for s in "${SCENARIOS[@]}"; do
+        declare -F "scenario_$s" >/dev/null || die "unknown scenario '$s' (known: $ALL_SCENARIOS)"
+    done
     for t in "${TARGETS[@]}"; do
         target_known "$t" || die "unknown target '$t' (no start_$t/stop_$t)"
         target_url "$t" >/dev/null
     done
+    ensure_tools
+    setup_pinning
+    # Every client, server and proxy connection is a descriptor: raise the limits
+    # (children inherit them).
+    local want=$((IDLE_CONNS * 4 + MANY_N * 4 + 65536))
+    if (($(ulimit -n) < want)); then
+        ulimit -Hn "$want" 2>/dev/null || true
+        ulimit -n "$want" 2>/dev/null || ulimit -n "$(ulimit -H -n)" ||
+            die "cannot raise the open-files limit to $want"
+    fi
+    if [[ " ${SCENARIOS[*]} " == *" idle_memory "* ]] && (($(ulimit -n) < IDLE_CONNS + 1000)); then
+        die "open-files limit $(ulimit -n) too low for IDLE_CONNS=$IDLE_CONNS"
+    fi
     ensure_binary
 
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/gearlb-bench.XXXXXX")
+    RESULTS=$TMP/results.tsv
+    : >"$RESULTS"
     start_backends
 
-    local results=() round out row rps p50 p99 non2xx sockerr failed=0
-    for ((round = 1; round <= ROUNDS; round++)); do
-        for t in "${TARGETS[@]}"; do
-            out=$TMP/wrk-$SCENARIO-$t-r$round.txt
-            start_target "$t"
-            log "round $round/$ROUNDS: $SCENARIO against $t ($(target_url "$t"))"
-            "scenario_$SCENARIO" "$(target_url "$t")" "$out"
-            stop_target "$t"
-            row=$(parse_wrk "$out")
-            IFS=$'\t' read -r rps p50 p99 non2xx sockerr <<<"$row"
-            if [[ $rps == "?" ]] || ((non2xx > 0 || sockerr > 0)); then
-                failed=1
-                log "target $t had errors; wrk output:"
-                sed 's/^/    /' "$out" >&2
-            fi
-            results+=("$t"$'\t'"$round"$'\t'"$row")
+    for s in "${SCENARIOS[@]}"; do
+        [[ $s != fixed_rate ]] || decide_rate
+        mapfile -t stargets < <(scenario_targets "$s")
+        read -r -a variants <<<"${SCENARIO_VARIANTS[$s]:-}"
+        ((${#variants[@]} > 0)) || variants=("")
+        for ((round = 1; round <= ROUNDS; round++)); do
+            for t in "${stargets[@]}"; do
+                for v in "${variants[@]}"; do
+                    run_one "$s" "$v" "$t" "$round"
+                done
+            done
         done
     done
 
     echo
     print_header
-    echo
-    local fmt='%-14s %5s %12s %10s %10s %12s %14s\n'
-    # shellcheck disable=SC2059 # fmt is ours
-    printf "$fmt" target round req/s p50 p99 non-2xx/3xx "socket errors"
-    for row in "${results[@]}"; do
-        IFS=$'\t' read -r t round rps p50 p99 non2xx sockerr <<<"$row"
-        # shellcheck disable=SC2059
-        printf "$fmt" "$t" "$round" "$rps" "$p50" "$p99" "$non2xx" "$sockerr"
-    done
+    for s in "${SCENARIOS[@]}"; do print_scenario "$s"; done
+    print_summary
     echo
 
-    ((failed == 0)) || die "some targets returned errors (see above; raw output in $TMP)"
+    ((FAILED == 0)) || die "some runs had errors (see above; raw output in $TMP)"
 }
 
 main "$@"

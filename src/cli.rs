@@ -195,8 +195,23 @@ fn check(flag: Option<&Path>) -> i32 {
         );
         return EXIT_CONFIG;
     }
+    // Certificates are files: read them now, as `run` would.
+    if cfg.listen.tls.is_some() || cfg.tls != Default::default() {
+        if let Err(problems) = crate::tls::load(&cfg.tls, cfg.proxy.h2c) {
+            eprintln!("gearlb: {} configuration problem(s):", problems.len());
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            return EXIT_CONFIG;
+        }
+    }
+    let tls = cfg
+        .listen
+        .tls
+        .map(|a| format!(", https {a}"))
+        .unwrap_or_default();
     println!(
-        "configuration OK: proxy {}, status {}, {} backend(s)",
+        "configuration OK: proxy {}{tls}, status {}, {} backend(s)",
         cfg.listen.proxy,
         cfg.listen.status,
         cfg.backends.len()
@@ -214,11 +229,18 @@ fn run(flag: Option<&Path>, log_format: LogFormat, log_requests: bool) -> i32 {
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         warn!(error = %e, "could not raise the open-files limit");
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    // One worker thread: tokio's current-thread scheduler, an event loop like HAProxy's
+    // `nbthread 1` (no work-stealing queues or cross-thread wake-ups on the request path).
+    let mut rt = if cfg.runtime.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if cfg.runtime.threads > 0 {
+            b.worker_threads(cfg.runtime.threads);
+        }
+        b
+    };
     rt.enable_all();
-    if cfg.runtime.threads > 0 {
-        rt.worker_threads(cfg.runtime.threads);
-    }
     let rt = match rt.build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -67,6 +67,8 @@ pub struct Config {
     /// The web server in this balancer's own gear (`local-gear`). Env `GEARLB_LOCAL_GEAR`
     /// (set by the cartridge's `bin/control` from `OPENSHIFT_<PRIMARY>_IP/_PORT`).
     pub local_gear: Option<Addr>,
+    /// Certificates of the HTTPS listener (`listen.tls`).
+    pub tls: TlsConfig,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
 }
@@ -83,6 +85,20 @@ pub struct ListenConfig {
     pub proxy: SocketAddr,
     /// Status and health listener (never serves application traffic). Default `127.0.0.1:8081`.
     pub status: SocketAddr,
+    /// Optional HTTPS listener for client traffic (certificates in `[tls]`). Default none.
+    pub tls: Option<SocketAddr>,
+}
+
+/// Certificates of the HTTPS listener (see `crate::tls`); files are read by `gearlb
+/// check`, at start and on reload, not by config loading.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the default certificate.
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// Directory of `<name>.pem` + `<name>.key` pairs chosen by SNI name.
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -306,6 +322,7 @@ impl Default for Config {
             listen: ListenConfig {
                 proxy: SocketAddr::from(([127, 0, 0, 1], 8080)),
                 status: SocketAddr::from(([127, 0, 0, 1], 8081)),
+                tls: None,
             },
             control: ControlConfig {
                 socket: PathBuf::from("run/control.sock"),
@@ -380,6 +397,7 @@ impl Default for Config {
                 gear_ratio: 3,
             },
             local_gear: None,
+            tls: TlsConfig::default(),
             gear: GearIdentity::default(),
         }
     }
@@ -475,6 +493,7 @@ const SECTIONS: &[&str] = &[
     "rotate",
     "scaler",
     "local_gear",
+    "tls",
 ];
 
 fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -510,6 +529,29 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     let mut r = Reader::new(&t, "listen", problems);
     cfg.listen.proxy = r.socket_addr("proxy", cfg.listen.proxy);
     cfg.listen.status = r.socket_addr("status", cfg.listen.status);
+    cfg.listen.tls = r.str_value("tls").and_then(|s| match s.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            r.problem("tls", format!("{s:?} is not an ip:port address"));
+            None
+        }
+    });
+    r.finish();
+
+    let t = section("tls", problems);
+    let mut r = Reader::new(&t, "tls", problems);
+    let path = |r: &mut Reader, key: &'static str| match r.str_value(key) {
+        Some(s) if s.is_empty() => {
+            r.problem(key, "must not be empty");
+            None
+        }
+        other => other.map(PathBuf::from),
+    };
+    cfg.tls = TlsConfig {
+        cert: path(&mut r, "cert"),
+        key: path(&mut r, "key"),
+        dir: path(&mut r, "dir"),
+    };
     r.finish();
 
     let t = section("control", problems);
@@ -903,6 +945,32 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
         problems.push(Problem {
             path: "listen.status".into(),
             message: format!("same address as listen.proxy ({})", l.proxy),
+        });
+    }
+    if let Some(tls) = l.tls {
+        if (tls == l.proxy || tls == l.status) && tls.port() != 0 {
+            problems.push(Problem {
+                path: "listen.tls".into(),
+                message: format!("same address as listen.proxy or listen.status ({tls})"),
+            });
+        }
+    }
+    let t = &cfg.tls;
+    match (&t.cert, &t.key) {
+        (Some(_), None) => problems.push(Problem {
+            path: "tls.key".into(),
+            message: "required with tls.cert".into(),
+        }),
+        (None, Some(_)) => problems.push(Problem {
+            path: "tls.cert".into(),
+            message: "required with tls.key".into(),
+        }),
+        _ => {}
+    }
+    if l.tls.is_some() && t.cert.is_none() && t.key.is_none() && t.dir.is_none() {
+        problems.push(Problem {
+            path: "listen.tls".into(),
+            message: "needs certificates: tls.cert and tls.key, or tls.dir".into(),
         });
     }
     let mut names = HashSet::new();

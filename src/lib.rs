@@ -22,6 +22,7 @@
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
+//! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
 //! - [`cli`]: the command line.
 //!
 //! The request path reads an immutable routing snapshot and atomic counters only: it
@@ -45,3 +46,4 @@ pub mod server;
 pub mod state;
 pub mod stats;
 pub mod status;
+pub mod tls;

@@ -156,6 +156,12 @@ impl Collector for CoreCollector {
             "Client connections closed at once because limits.max_connections was reached.",
             r(&f.connections_refused),
         )?;
+        gauge(
+            e,
+            "gearlb_frontend_connections_parked",
+            "Idle keep-alive client connections holding no HTTP buffers now.",
+            fg(r(&f.connections_parked)),
+        )?;
         counter(
             e,
             "gearlb_frontend_client_timeouts",

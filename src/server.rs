@@ -73,6 +73,8 @@ pub struct App {
     fingerprint: Mutex<String>,
     gear_dns: Option<String>,
     metrics: crate::metrics::Metrics,
+    /// The HTTPS listener's certificates, when it runs (swapped on reload).
+    tls: Option<Arc<crate::tls::TlsAcceptor>>,
     /// The configuration in force; also serialises control-plane operations.
     config: tokio::sync::Mutex<Config>,
 }
@@ -82,6 +84,7 @@ pub struct Server {
     app: Arc<App>,
     proxy_listener: TcpListener,
     status_listener: TcpListener,
+    tls_listener: Option<TcpListener>,
     control_listener: tokio::net::UnixListener,
     control_path: PathBuf,
     max_connections: usize,
@@ -165,6 +168,19 @@ impl Server {
         let status_listener = TcpListener::bind(cfg.listen.status)
             .await
             .with_context(|| format!("cannot listen on {} (listen.status)", cfg.listen.status))?;
+        let (tls_listener, tls) = match cfg.listen.tls {
+            None => (None, None),
+            Some(addr) => {
+                let tls = crate::tls::load(&cfg.tls, cfg.proxy.h2c).map_err(|problems| {
+                    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                    anyhow::anyhow!("TLS certificates unusable:\n{}", list.join("\n"))
+                })?;
+                let l = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (listen.tls)"))?;
+                (Some(l), Some(Arc::new(crate::tls::TlsAcceptor::new(tls))))
+            }
+        };
 
         let cluster = match cfg.cluster.listen {
             None => None,
@@ -290,12 +306,14 @@ impl Server {
             fingerprint: Mutex::new(fingerprint),
             gear_dns: cfg.gear.dns.clone(),
             metrics,
+            tls,
             config: tokio::sync::Mutex::new(cfg),
         });
         Ok(Server {
             app,
             proxy_listener,
             status_listener,
+            tls_listener,
             control_listener,
             control_path,
             max_connections,
@@ -346,7 +364,13 @@ impl Server {
             .as_ref()
             .map(|c| c.advertise().to_string())
             .unwrap_or_else(|| "off".into());
-        info!(proxy = %app.listen.proxy, status = %app.listen.status, gossip = %gossip, "gearlb serving");
+        let tls_addr = self
+            .tls_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "off".into());
+        info!(proxy = %app.listen.proxy, status = %app.listen.status, gossip = %gossip, tls = %tls_addr, "gearlb serving");
         let load_src = app.frontend.clone();
         let scaler_task = tokio::spawn(app.scaler.clone().run(
             app.cluster.clone(),
@@ -388,6 +412,17 @@ impl Server {
             stop.clone(),
             tracker.clone(),
         ));
+        let tls_task = match (self.tls_listener, app.tls.clone()) {
+            (Some(l), Some(tls)) => Some(tokio::spawn(proxy::serve_tls(
+                l,
+                app.proxy.clone(),
+                tls,
+                self.max_connections,
+                stop.clone(),
+                tracker.clone(),
+            ))),
+            _ => None,
+        };
         let status_task = tokio::spawn(crate::status::serve(
             self.status_listener,
             app.clone(),
@@ -413,6 +448,9 @@ impl Server {
             let _ = b.await;
         }
         let _ = proxy_task.await;
+        if let Some(t) = tls_task {
+            let _ = t.await;
+        }
         let _ = status_task.await;
         let _ = control_task.await;
         let _ = sampler.await;
@@ -971,6 +1009,31 @@ impl App {
             }
         };
         new.log.requests_forced = cfg.log.requests_forced;
+        // New certificates first: a broken one refuses the whole reload, like any other
+        // configuration problem (connections already open keep their certificates).
+        let new_tls = match &self.tls {
+            None => None,
+            Some(_) => match crate::tls::load(&new.tls, cfg.proxy.h2c) {
+                Ok(t) => Some(t),
+                Err(problems) => {
+                    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                    error!(
+                        problems = problems.len(),
+                        "reload refused: TLS certificates unusable; keeping the old ones"
+                    );
+                    for p in &problems {
+                        error!("  {p}");
+                    }
+                    return Reply::error(
+                        EXIT_CONFIG,
+                        format!(
+                            "configuration not reloaded, old one kept:\n{}",
+                            list.join("\n")
+                        ),
+                    );
+                }
+            },
+        };
         let mut notes = Vec::new();
         let restart_only = [
             ("listen", cfg.listen != new.listen),
@@ -1004,6 +1067,10 @@ impl App {
         self.proxy
             .settings
             .store(Arc::new(Settings::from_config(&new)));
+        if let (Some(tls), Some(new_tls)) = (&self.tls, new_tls) {
+            tls.replace(new_tls);
+            notes.push("TLS certificates reloaded (for new connections)".into());
+        }
         self.health
             .store(Arc::new(HealthSettings::from_config(&new.health)));
         self.coverage.store(new.subset.coverage, Ordering::Relaxed);

@@ -431,3 +431,117 @@ async fn idle_clients_are_cut_at_the_client_timeout() {
     let got = get(lb.proxy, "/slow?ms=800", &[]).await.unwrap();
     assert_eq!(got.status, 200);
 }
+
+/// Read one response with a Content-Length body from a raw keep-alive connection.
+fn read_response(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return text;
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed after {text:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connections_park_and_serve_again() {
+    use std::io::Write;
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let parked = |lb: &Gearlb| {
+        let metrics = raw(
+            lb.status,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("gearlb_frontend_connections_parked "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("parked gauge in /metrics")
+    };
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    // Idle past the parking delay: the connection holds no HTTP state...
+    assert!(eventually(Duration::from_secs(5), || parked(&lb) == 1).await);
+    // ...and serves the next request, a head split over two writes, all the same.
+    s.write_all(b"GET /b HTTP/1.1\r\nHo").unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    s.write_all(b"st: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    // A pipelined pair, then parked again, then a third request.
+    s.write_all(b"GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(eventually(Duration::from_secs(5), || parked(&lb) == 1).await);
+    s.write_all(b"GET /e HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert_eq!(b.requests(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_head_timeout_closes_idle_and_slow_connections() {
+    use std::io::{Read, Write};
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            "[timeouts]\nrequest_header = \"1s\"",
+        ),
+    );
+    // A head trickling in byte by byte is cut at the head timeout, not kept alive by
+    // its activity.
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    for b in b"GET / HTTP/1.1\r\nX-Slow: "
+        .iter()
+        .chain(b"aaaaaaaaaaaaaaaaaaaa")
+    {
+        if s.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let cut = t.elapsed();
+    assert!(
+        cut >= Duration::from_millis(900) && cut < Duration::from_secs(4),
+        "cut after {cut:?}"
+    );
+    // An idle keep-alive connection is closed after the same time.
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    let t = Instant::now();
+    let n = s.read(&mut [0u8; 16]).unwrap_or(0);
+    assert_eq!(n, 0, "closed, not answered");
+    assert!(t.elapsed() >= Duration::from_millis(800) && t.elapsed() < Duration::from_secs(3));
+}

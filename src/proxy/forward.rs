@@ -11,9 +11,16 @@
 //! proxy or the router), `X-Forwarded-Proto/-Host/-Port` already present are kept and
 //! `Forwarded` is appended to; without it they are replaced, so a client cannot claim to
 //! have come over HTTPS.
+//!
+//! Cost: this runs for every request, so it allocates as little as it can. What is the
+//! same for every request of a connection (the client address as text, the listener's
+//! port) is rendered once in [`ClientInfo`] and shared by reference counting; header
+//! values taken from the request (`Host`) are shared, not copied; the values built per
+//! request (`Forwarded`, a longer `X-Forwarded-For`) take one buffer each.
 
 use std::net::{IpAddr, SocketAddr};
 
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version};
 
@@ -25,6 +32,36 @@ pub struct ClientInfo {
     pub local_port: u16,
     /// `http` or `https`.
     pub scheme: &'static str,
+    /// The client's IP address as a header value (`X-Forwarded-For`).
+    ip: HeaderValue,
+    /// The listener's port as a header value (`X-Forwarded-Port`).
+    port: HeaderValue,
+    /// The RFC 7239 node of the client: `192.0.2.7`, or `"[2001:db8::1]"`.
+    node: Bytes,
+}
+
+impl ClientInfo {
+    pub fn new(peer: SocketAddr, local_port: u16, scheme: &'static str) -> Self {
+        let ip = peer.ip();
+        let node = match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        };
+        ClientInfo {
+            peer,
+            local_port,
+            scheme,
+            ip: shared_value(ip.to_string().into_bytes()),
+            port: shared_value(local_port.to_string().into_bytes()),
+            node: Bytes::from(node.into_bytes()),
+        }
+    }
+}
+
+/// A header value that later clones only count references (text known to be valid).
+fn shared_value(v: Vec<u8>) -> HeaderValue {
+    let bytes = BytesMut::from(&v[..]).freeze();
+    HeaderValue::from_maybe_shared(bytes).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -48,26 +85,59 @@ fn fixed_hop_headers() -> [&'static HeaderName; 8] {
     ]
 }
 
+fn is_fixed_hop(name: &HeaderName) -> bool {
+    fixed_hop_headers().contains(&name)
+}
+
 /// Remove hop-by-hop headers, including those the `Connection` header names.
 pub fn remove_hop_headers(headers: &mut HeaderMap) {
-    let mut named: Vec<HeaderName> = Vec::new();
-    for v in headers.get_all(header::CONNECTION) {
-        if let Ok(s) = v.to_str() {
-            for token in s.split(',') {
-                if let Ok(name) = HeaderName::from_bytes(token.trim().as_bytes()) {
-                    named.push(name);
-                }
-            }
+    // Most messages carry none, or only `Connection`: look before removing (each remove
+    // is a hash lookup).
+    let mut found: [Option<HeaderName>; 8] = Default::default();
+    let mut n = 0;
+    for name in headers.keys() {
+        if n < found.len()
+            && is_fixed_hop(name)
+            && !found[..n].iter().any(|f| f.as_ref() == Some(name))
+        {
+            found[n] = Some(name.clone());
+            n += 1;
         }
     }
-    for name in named {
-        // Never let `Connection: host` or similar strip end-to-end essentials.
-        if name != header::HOST && name != header::CONTENT_LENGTH {
-            headers.remove(&name);
+    if n == 0 {
+        return;
+    }
+    // Header values are reference counted: the clones let us edit the map while
+    // reading the tokens. One `Connection` header is the usual case.
+    let mut values = headers.get_all(header::CONNECTION).iter();
+    if let Some(first) = values.next().cloned() {
+        let more: Vec<HeaderValue> = values.cloned().collect();
+        remove_connection_named(headers, &first);
+        for v in &more {
+            remove_connection_named(headers, v);
         }
     }
-    for name in fixed_hop_headers() {
+    for name in found.iter().take(n).flatten() {
         headers.remove(name);
+    }
+}
+
+/// Remove the headers a `Connection` value names.
+fn remove_connection_named(headers: &mut HeaderMap, v: &HeaderValue) {
+    let Ok(s) = v.to_str() else { return };
+    for token in s.split(',').map(str::trim) {
+        // Never let `Connection: host` or similar strip end-to-end essentials; `close`
+        // and `keep-alive` are the usual tokens (keep-alive is removed anyway).
+        if token.is_empty()
+            || token.eq_ignore_ascii_case("close")
+            || token.eq_ignore_ascii_case("keep-alive")
+            || token.eq_ignore_ascii_case("host")
+            || token.eq_ignore_ascii_case("content-length")
+        {
+            continue;
+        }
+        // `&str` keys are lower-cased on the stack; invalid names match nothing.
+        headers.remove(token);
     }
 }
 
@@ -168,48 +238,60 @@ pub fn prepare_request(
     parts.headers.remove(header::EXPECT);
 
     let h = &mut parts.headers;
-    let ip = client.peer.ip();
-    let xff = match joined(h, &X_FORWARDED_FOR) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip.to_string(),
+    let mut buf = BytesMut::new();
+    if h.contains_key(&X_FORWARDED_FOR) {
+        buf.reserve(64);
+        append_joined(&mut buf, h, &X_FORWARDED_FOR);
+    }
+    let xff = if buf.is_empty() {
+        client.ip.clone()
+    } else {
+        buf.put_slice(b", ");
+        buf.put_slice(client.ip.as_bytes());
+        value(buf)
     };
-    set(h, &X_FORWARDED_FOR, &xff);
+    h.insert(X_FORWARDED_FOR.clone(), xff);
 
-    let host = h
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    // Shared with the request's own Host value: no copy.
+    let host = h.get(header::HOST).cloned();
     let keep = |h: &HeaderMap, n: &HeaderName| trust_forwarded && h.contains_key(n);
     if !keep(h, &X_FORWARDED_PROTO) {
-        set(h, &X_FORWARDED_PROTO, client.scheme);
+        h.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(client.scheme),
+        );
     }
     if !keep(h, &X_FORWARDED_HOST) {
         match &host {
-            Some(host) => set(h, &X_FORWARDED_HOST, host),
+            Some(host) => {
+                h.insert(X_FORWARDED_HOST.clone(), host.clone());
+            }
             None => {
                 h.remove(&X_FORWARDED_HOST);
             }
         }
     }
     if !keep(h, &X_FORWARDED_PORT) {
-        set(h, &X_FORWARDED_PORT, &client.local_port.to_string());
+        h.insert(X_FORWARDED_PORT.clone(), client.port.clone());
     }
 
-    let mut element = format!("for={}", forwarded_node(ip));
-    if let Some(host) = &host {
-        element.push_str(";host=");
-        element.push_str(&forwarded_value(host));
+    let mut buf = BytesMut::with_capacity(96);
+    if trust_forwarded && h.contains_key(header::FORWARDED) {
+        append_joined(&mut buf, h, &header::FORWARDED);
+        if !buf.is_empty() {
+            buf.put_slice(b", ");
+        }
     }
-    element.push_str(";proto=");
-    element.push_str(client.scheme);
-    let forwarded = match trust_forwarded
-        .then(|| joined(h, &header::FORWARDED))
-        .flatten()
-    {
-        Some(prev) => format!("{prev}, {element}"),
-        None => element,
-    };
-    set(h, &header::FORWARDED, &forwarded);
+    buf.put_slice(b"for=");
+    buf.put_slice(&client.node);
+    // A Host that is not text is left out of the element rather than mangled.
+    if let Some(host) = host.as_ref().and_then(|v| v.to_str().ok()) {
+        buf.put_slice(b";host=");
+        put_forwarded_value(&mut buf, host);
+    }
+    buf.put_slice(b";proto=");
+    buf.put_slice(client.scheme.as_bytes());
+    h.insert(header::FORWARDED, value(buf));
 }
 
 /// Rewrite a backend response head before it goes to the client. A `101 Switching
@@ -232,51 +314,43 @@ pub fn prepare_response(parts: &mut http::response::Parts, switching: bool) {
     }
 }
 
-/// All values of a header joined with ", " (the list form), if any is valid text.
-fn joined(h: &HeaderMap, name: &HeaderName) -> Option<String> {
-    let parts: Vec<&str> = h
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    (!parts.is_empty()).then(|| parts.join(", "))
-}
-
-fn set(h: &mut HeaderMap, name: &HeaderName, value: &str) {
-    match HeaderValue::from_str(value) {
-        Ok(v) => {
-            h.insert(name.clone(), v);
+/// Append every valid-text value of a header, joined with ", " (the list form).
+fn append_joined(buf: &mut BytesMut, h: &HeaderMap, name: &HeaderName) {
+    let mut first = true;
+    for v in h.get_all(name) {
+        if v.to_str().is_err() {
+            continue;
         }
-        Err(_) => {
-            h.remove(name);
+        if !first {
+            buf.put_slice(b", ");
         }
+        first = false;
+        buf.put_slice(v.as_bytes());
     }
 }
 
-/// RFC 7239 node: IPv6 addresses are bracketed and quoted.
-fn forwarded_node(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    }
+/// A header value from bytes assembled out of valid header values and tokens; invalid
+/// bytes cannot occur, but would give an empty value rather than a panic.
+fn value(buf: BytesMut) -> HeaderValue {
+    HeaderValue::from_maybe_shared(buf.freeze()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// RFC 7239 value: a token as is, anything else quoted.
-fn forwarded_value(v: &str) -> String {
+fn put_forwarded_value(buf: &mut BytesMut, v: &str) {
     let token = !v.is_empty()
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if token {
-        v.to_string()
+        buf.put_slice(v.as_bytes());
     } else {
-        let escaped: String = v
-            .chars()
-            .flat_map(|c| match c {
-                '"' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
-        format!("\"{escaped}\"")
+        buf.put_u8(b'"');
+        for b in v.bytes() {
+            if b == b'"' || b == b'\\' {
+                buf.put_u8(b'\\');
+            }
+            buf.put_u8(b);
+        }
+        buf.put_u8(b'"');
     }
 }
 
@@ -341,11 +415,7 @@ mod tests {
     }
 
     fn client() -> ClientInfo {
-        ClientInfo {
-            peer: "192.0.2.7:5555".parse().unwrap(),
-            local_port: 8080,
-            scheme: "http",
-        }
+        ClientInfo::new("192.0.2.7:5555".parse().unwrap(), 8080, "http")
     }
 
     fn req(builder: http::request::Builder) -> http::request::Parts {
@@ -468,8 +538,7 @@ mod tests {
 
     #[test]
     fn ipv6_client() {
-        let mut c = client();
-        c.peer = "[2001:db8::1]:5555".parse().unwrap();
+        let c = ClientInfo::new("[2001:db8::1]:5555".parse().unwrap(), 8080, "http");
         let mut p = req(http::Request::get("/").header("host", "h"));
         prepare_request(&mut p, &c, true);
         assert_eq!(p.headers["x-forwarded-for"], "2001:db8::1");
@@ -477,6 +546,40 @@ mod tests {
             .to_str()
             .unwrap()
             .starts_with("for=\"[2001:db8::1]\""));
+    }
+
+    #[test]
+    fn lists_are_joined_and_odd_hosts_quoted() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "we\"ird\\host")
+            .header("x-forwarded-for", "203.0.113.1")
+            .header("x-forwarded-for", "198.51.100.2")
+            .header("forwarded", "for=a")
+            .header("forwarded", "for=b"));
+        prepare_request(&mut p, &client(), true);
+        assert_eq!(
+            p.headers["x-forwarded-for"],
+            "203.0.113.1, 198.51.100.2, 192.0.2.7"
+        );
+        assert_eq!(
+            p.headers["forwarded"],
+            "for=a, for=b, for=192.0.2.7;host=\"we\\\"ird\\\\host\";proto=http"
+        );
+        assert_eq!(p.headers.get_all("x-forwarded-for").iter().count(), 1);
+    }
+
+    #[test]
+    fn connection_tokens_in_several_headers() {
+        let mut h = HeaderMap::new();
+        h.append("connection", "X-A".parse().unwrap());
+        h.append("connection", "close, x-b".parse().unwrap());
+        h.insert("x-a", "1".parse().unwrap());
+        h.insert("x-b", "2".parse().unwrap());
+        h.insert("x-c", "3".parse().unwrap());
+        h.insert("transfer-encoding", "chunked".parse().unwrap());
+        remove_hop_headers(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-c"], "3");
     }
 
     #[test]

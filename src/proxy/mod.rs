@@ -13,20 +13,25 @@
 //! 502. Failures on real traffic are counted per backend and eject it after
 //! `health.fall` in a row (see `health`).
 //!
-//! Timeouts: `request_header` (hyper's header read timeout, which also bounds how long
-//! an idle keep-alive connection waits for its next request); `client` (no byte moved
-//! while the balancer waits on the client); `connect`; `server` (time to the backend's
-//! response head, answered with 504); `tunnel` (idle upgraded connection).
+//! Timeouts: `request_header` (the request head must arrive within it; this also bounds
+//! how long an idle keep-alive connection waits for its next request) and `client` (no
+//! byte moved while the balancer waits on the client), both kept per connection by
+//! [`client`]; `connect`; `server` (time to the backend's response head, answered with
+//! 504); `tunnel` (idle upgraded connection).
+//!
+//! Cost per request matters here (a balancer's work is mostly this path): nothing is
+//! logged or formatted unless a log line is wanted, no timer is set per request except
+//! the backend's `server` timeout, and header values are shared rather than copied
+//! (see [`forward`]).
 
 pub mod body;
+mod client;
 pub mod forward;
 pub mod io;
 pub mod tunnel;
 pub mod upstream;
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,10 +39,7 @@ use arc_swap::ArcSwap;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,8 +52,8 @@ use crate::routing::sticky::Sticky;
 use crate::routing::{Backend, Router};
 use crate::stats::FrontendStats;
 pub use body::ProxyBody;
-use forward::ClientInfo;
-use io::{ActivityIo, Clock, Counted};
+use client::ConnState;
+use io::Clock;
 use upstream::{ReqBody, Sender};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
@@ -67,6 +69,8 @@ pub struct Settings {
     pub sticky: Option<Sticky>,
     /// One info line per request (`[log] requests`, `--log-requests`).
     pub log_requests: bool,
+    /// hyper's HTTP/1 server settings, built once (not per connection).
+    pub h1: hyper::server::conn::http1::Builder,
 }
 
 impl Settings {
@@ -82,7 +86,16 @@ impl Settings {
                 ),
                 _ => Sticky::plain(&c.sticky.cookie),
             });
+        let mut h1 = hyper::server::conn::http1::Builder::new();
+        // The request head timeout is the connection's own (see `client`): no timer
+        // per request.
+        h1.header_read_timeout(None)
+            .max_buf_size(c.limits.max_header_size)
+            .max_header_size(c.limits.max_header_size)
+            .writev(false)
+            .keep_alive(true);
         Settings {
+            h1,
             timeouts: c.timeouts.clone(),
             trust_forwarded: c.proxy.trust_forwarded,
             h2c: c.proxy.h2c,
@@ -105,6 +118,10 @@ pub struct ProxyCtx {
     clock: Clock,
     /// Cancelled when the balancer stops: closes tunnels.
     stopping: CancellationToken,
+    /// The pool sweeper runs (started by the first listener).
+    sweeping: std::sync::atomic::AtomicBool,
+    /// `limits.max_connections`, shared by the HTTP and HTTPS listeners.
+    permits: std::sync::OnceLock<Arc<Semaphore>>,
 }
 
 impl ProxyCtx {
@@ -122,6 +139,8 @@ impl ProxyCtx {
             ejections,
             clock: Clock::new(),
             stopping,
+            sweeping: std::sync::atomic::AtomicBool::new(false),
+            permits: std::sync::OnceLock::new(),
         }
     }
 
@@ -152,7 +171,39 @@ pub async fn serve(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let permits = Arc::new(Semaphore::new(max_connections));
+    accept_loop(listener, ctx, max_connections, shutdown, tracker, None).await
+}
+
+/// Accept HTTPS client connections until `shutdown` is cancelled: as [`serve`], each
+/// connection first completes a TLS handshake (within `timeouts.request_header`) with
+/// the certificates `tls` holds when it arrives. Requests get `X-Forwarded-Proto:
+/// https` and a `Secure` sticky cookie.
+pub async fn serve_tls(
+    listener: TcpListener,
+    ctx: Arc<ProxyCtx>,
+    tls: Arc<crate::tls::TlsAcceptor>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    accept_loop(listener, ctx, max_connections, shutdown, tracker, Some(tls)).await
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    ctx: Arc<ProxyCtx>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    tls: Option<Arc<crate::tls::TlsAcceptor>>,
+) {
+    if !ctx.sweeping.swap(true, Ordering::Relaxed) {
+        tokio::spawn(sweep_pools(ctx.clone(), shutdown.clone()));
+    }
+    let permits = ctx
+        .permits
+        .get_or_init(|| Arc::new(Semaphore::new(max_connections)))
+        .clone();
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     loop {
         let accepted = tokio::select! {
@@ -177,143 +228,66 @@ pub async fn serve(
         };
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            ctx.stats.connection_opened();
-            serve_connection(&ctx, stream, peer, local_port, shutdown).await;
-            ctx.stats.connection_closed();
-            drop(permit);
-        });
+        match &tls {
+            None => tracker.spawn(async move {
+                ctx.stats.connection_opened();
+                client::serve_connection(&ctx, stream, peer, local_port, shutdown).await;
+                ctx.stats.connection_closed();
+                drop(permit);
+            }),
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                tracker.spawn(async move {
+                    ctx.stats.connection_opened();
+                    client::serve_tls_connection(
+                        &ctx, acceptor, stream, peer, local_port, shutdown,
+                    )
+                    .await;
+                    ctx.stats.connection_closed();
+                    drop(permit);
+                })
+            }
+        };
     }
 }
 
-/// Per-connection state shared between the connection task and its requests.
-struct ConnState {
-    client: ClientInfo,
-    /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
-    last_io: Arc<AtomicU64>,
-    /// Requests on this connection waiting for a backend's response head: while any
-    /// is, and no upload is unfinished, the backend's timeout applies, not the client's.
-    waiting_upstream: AtomicU32,
-    /// Request bodies still arriving from the client.
-    uploads: Arc<AtomicU32>,
-}
-
-async fn serve_connection(
-    ctx: &Arc<ProxyCtx>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    local_port: u16,
-    shutdown: CancellationToken,
-) {
-    let _ = stream.set_nodelay(true);
-    let settings = ctx.settings.load_full();
-    // The first byte must come within `request_header` too: hyper's head timer starts
-    // only once a head is being read (after telling HTTP/1 from h2c), so a connection
-    // that sends nothing would otherwise hold its slot until the `client` timeout.
-    let mut first = [0u8; 1];
-    let peeked = tokio::select! {
-        r = tokio::time::timeout(settings.timeouts.request_header, stream.peek(&mut first)) => r,
-        _ = shutdown.cancelled() => return,
-    };
-    match peeked {
-        Ok(Ok(n)) if n > 0 => {}
-        Ok(_) => return, // closed before sending anything
-        Err(_) => {
-            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-            debug!(client = %peer, "no request within {:?}, closing", settings.timeouts.request_header);
-            return;
-        }
-    }
-    let last_io = Arc::new(AtomicU64::new(0));
-    let conn_state = Arc::new(ConnState {
-        client: ClientInfo {
-            peer,
-            local_port,
-            scheme: "http",
-        },
-        last_io: last_io.clone(),
-        waiting_upstream: AtomicU32::new(0),
-        uploads: Arc::new(AtomicU32::new(0)),
-    });
-    let stream = Counted::new(stream, ctx.stats.traffic.clone());
-    let io = TokioIo::new(ActivityIo::new(stream, ctx.clock, last_io));
-
-    let svc_ctx = ctx.clone();
-    let svc_state = conn_state.clone();
-    let service = service_fn(move |req| {
-        let ctx = svc_ctx.clone();
-        let state = svc_state.clone();
-        async move { Ok::<_, Infallible>(handle(&ctx, &state, req).await) }
-    });
-
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    if !settings.h2c {
-        builder = builder.http1_only();
-    }
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.timeouts.request_header)
-        .max_buf_size(settings.max_header_size)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(settings.max_header_size as u32);
-
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(conn);
-    let client_timeout = settings.timeouts.client;
-    let idle_check = tokio::time::sleep(client_timeout);
-    tokio::pin!(idle_check);
-    let mut stopping = false;
+/// Close pooled backend connections idle longer than `timeouts.upstream_idle`, once a
+/// second, until `shutdown`.
+async fn sweep_pools(ctx: Arc<ProxyCtx>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    debug!(client = %peer, error = %e, "client connection ended with an error");
-                }
-                break;
-            }
-            _ = shutdown.cancelled(), if !stopping => {
-                // Finish the request in flight, close when idle (idle ones close now).
-                stopping = true;
-                conn.as_mut().graceful_shutdown();
-            }
-            _ = &mut idle_check => {
-                let last = conn_state.last_io.load(Ordering::Relaxed);
-                let idle_ms = ctx.clock.now_ms().saturating_sub(last);
-                let waiting = conn_state.waiting_upstream.load(Ordering::Relaxed) > 0
-                    && conn_state.uploads.load(Ordering::Relaxed) == 0;
-                let limit_ms = client_timeout.as_millis() as u64;
-                if !waiting && idle_ms >= limit_ms {
-                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                    debug!(client = %peer, "client inactive for {client_timeout:?}, closing");
-                    break;
-                }
-                let next = if waiting { limit_ms } else { limit_ms - idle_ms };
-                idle_check.as_mut().reset(Instant::now() + Duration::from_millis(next.max(1)));
-            }
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let max_age = ctx.settings.load().timeouts.upstream_idle;
+        for e in ctx.router.load().entries() {
+            e.backend.pool.sweep(max_age);
         }
     }
 }
 
-/// Counts a request as in flight on the frontend until dropped.
-struct FrontendRequest(Arc<ProxyCtx>);
+/// Counts a request as in flight on the frontend and its connection until dropped
+/// (with the response body, when it has been sent in full).
+struct FrontendRequest(Arc<ConnState>);
 
 impl FrontendRequest {
-    fn start(ctx: &Arc<ProxyCtx>) -> Self {
-        ctx.stats.request_started();
-        FrontendRequest(ctx.clone())
+    fn start(conn: &Arc<ConnState>, has_body: bool) -> Self {
+        conn.ctx.stats.request_started();
+        conn.request_started(has_body);
+        FrontendRequest(conn.clone())
     }
 }
 
 impl Drop for FrontendRequest {
     fn drop(&mut self) {
         self.0
+            .ctx
             .stats
             .requests_current
             .fetch_sub(1, Ordering::Relaxed);
+        self.0.request_finished();
     }
 }
 
@@ -416,40 +390,62 @@ fn client_body_failed(e: &hyper::Error) -> bool {
             .is_some_and(|s| s.downcast_ref::<hyper::Error>().is_some())
 }
 
-async fn handle(
-    ctx: &Arc<ProxyCtx>,
-    conn: &ConnState,
-    req: Request<Incoming>,
-) -> Response<ProxyBody> {
-    let started = Instant::now();
-    let frontend = FrontendRequest::start(ctx);
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let (resp, backend_name) = match forward(ctx, conn, req).await {
-        Ok((resp, name)) => (resp, name),
-        Err((e, name)) => {
+/// What a request line in the log needs, taken before the request is consumed.
+struct LogLine {
+    started: Instant,
+    method: Method,
+    path: String,
+}
+
+async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<ProxyBody> {
+    let conn = &frontend.0;
+    let ctx = &conn.ctx;
+    let settings = ctx.settings.load_full();
+    // Only a wanted log line costs a clock read and a copy of the path.
+    let log =
+        (settings.log_requests || tracing::enabled!(tracing::Level::DEBUG)).then(|| LogLine {
+            started: Instant::now(),
+            method: req.method().clone(),
+            path: req.uri().path().to_string(),
+        });
+    let (resp, backend) = match forward(conn, &settings, req).await {
+        Ok((resp, backend)) => (resp, backend),
+        Err((e, backend)) => {
             if let ForwardError::NoBackend = e {
                 ctx.stats.no_backend.fetch_add(1, Ordering::Relaxed);
             } else {
-                debug!(backend = %name, error = %e, "forwarding failed");
+                debug!(backend = %backend_name(&backend), error = %e, "forwarding failed");
             }
-            (error_response(&e), name)
+            (error_response(&e), backend)
         }
     };
     let status = resp.status().as_u16();
     ctx.stats.response(status);
-    let ms = started.elapsed().as_millis() as u64;
-    let client = &conn.client.peer;
-    if ctx.settings.load().log_requests {
-        info!(%client, %method, %path, status, backend = %backend_name, ms, "request");
-    } else {
-        debug!(%client, %method, %path, status, backend = %backend_name, ms, "request");
+    if let Some(LogLine {
+        started,
+        method,
+        path,
+    }) = log
+    {
+        let ms = started.elapsed().as_millis() as u64;
+        let client = &conn.client.peer;
+        let backend = backend_name(&backend);
+        if settings.log_requests {
+            info!(%client, %method, %path, status, %backend, ms, "request");
+        } else {
+            debug!(%client, %method, %path, status, %backend, ms, "request");
+        }
     }
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, body.with_frontend(frontend))
 }
 
-type ForwardResult = Result<(Response<ProxyBody>, String), (ForwardError, String)>;
+fn backend_name(b: &Option<Arc<Backend>>) -> &str {
+    b.as_ref().map_or("-", |b| b.name())
+}
+
+type ForwardResult =
+    Result<(Response<ProxyBody>, Option<Arc<Backend>>), (ForwardError, Option<Arc<Backend>>)>;
 
 /// Methods whose requests may be sent twice (RFC 9110 §9.2.2).
 fn idempotent(m: &Method) -> bool {
@@ -492,16 +488,16 @@ fn unix_now() -> u64 {
 }
 
 async fn forward(
-    ctx: &Arc<ProxyCtx>,
     conn: &ConnState,
+    settings: &Settings,
     mut req: Request<Incoming>,
 ) -> ForwardResult {
-    let settings = ctx.settings.load_full();
+    let ctx = &conn.ctx;
     let upgrade = forward::is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     if let Some((status, why)) = forward::request_problem(&parts) {
-        return Err((ForwardError::Refused(status, why), "-".to_string()));
+        return Err((ForwardError::Refused(status, why), None));
     }
 
     // Sticky cookie: taken out of the request whatever it says.
@@ -515,15 +511,14 @@ async fn forward(
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https")));
     forward::prepare_request(&mut parts, &conn.client, settings.trust_forwarded);
 
-    let now = unix_now();
-    let pinned = {
-        let table = ctx.router.load();
-        match (sticky, cookie) {
-            (Some(s), Some(raw)) => s
-                .decode(&raw, now)
-                .and_then(|v| table.sticky_target(&v).cloned()),
-            _ => None,
-        }
+    // Wall-clock time only matters to sealed cookies.
+    let sealed = sticky.is_some_and(Sticky::is_sealed);
+    let now = if sealed { unix_now() } else { 0 };
+    let pinned = match (sticky, cookie) {
+        (Some(s), Some(raw)) => s
+            .decode(&raw, now)
+            .and_then(|v| ctx.router.load().sticky_target(&v).cloned()),
+        _ => None,
     };
 
     let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| Replay {
@@ -535,7 +530,7 @@ async fn forward(
     let mut req = Request::from_parts(parts, ReqBody::Incoming(body, pending));
     let mut tried: Vec<Arc<Backend>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
-    let mut last_name = "-".to_string();
+    let mut last: Option<Arc<Backend>> = None;
 
     for attempt in 0..=settings.retries {
         let backend = match (&pinned, attempt) {
@@ -545,10 +540,10 @@ async fn forward(
                 None => break,
             },
         };
-        last_name = backend.spec.name.clone();
+        last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(conn, &settings, &backend, req).await {
+        match send_once(conn, settings, &backend, req).await {
             Ok((resp, sender)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
@@ -556,7 +551,7 @@ async fn forward(
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
                 let resp = respond(
                     ctx,
-                    &settings,
+                    settings,
                     resp,
                     sender,
                     flight,
@@ -565,11 +560,11 @@ async fn forward(
                     now,
                     client_upgrade,
                 );
-                return Ok((resp, last_name));
+                return Ok((resp, last));
             }
             Err(Failed::NotSent(back, e)) => {
                 ctx.passive_failure(&backend, settings.eject_after);
-                debug!(backend = %last_name, error = %e, "backend unreachable, trying another");
+                debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
                 backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
                 req = *back;
                 last_error = e;
@@ -580,18 +575,18 @@ async fn forward(
                 }
                 match (&replay, &e) {
                     (Some(r), ForwardError::Upstream(_)) => {
-                        debug!(backend = %last_name, error = %e, "backend failed, replaying elsewhere");
+                        debug!(backend = %backend.name(), error = %e, "backend failed, replaying elsewhere");
                         backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
                         req = r.request();
                         last_error = e;
                     }
-                    _ => return Err((e, last_name)),
+                    _ => return Err((e, last)),
                 }
             }
         }
         tried.push(backend);
     }
-    Err((last_error, last_name))
+    Err((last_error, last))
 }
 
 /// One attempt on one backend: a pooled connection (a closed one hands the request back

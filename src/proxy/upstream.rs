@@ -227,6 +227,21 @@ impl Pool {
         found
     }
 
+    /// Close idle connections older than `max_age` (and closed ones): the background
+    /// sweep, so that a quiet balancer keeps no stale sockets and buffers (checkouts skip
+    /// stale connections too, but only when there is traffic). Each idle connection is
+    /// looked at once; fresh ones go back in the queue.
+    pub fn sweep(&self, max_age: Duration) {
+        let Some(q) = &self.idle else { return };
+        for _ in 0..q.len() {
+            let Some(idle) = q.pop() else { break };
+            if idle.sender.is_closed() || idle.since.elapsed() > max_age {
+                continue; // dropped: closes the connection
+            }
+            let _ = q.push(idle);
+        }
+    }
+
     /// Return a connection whose response was read in full.
     pub fn checkin(&self, sender: Sender) {
         if self.is_closed() || sender.is_closed() {
@@ -262,6 +277,7 @@ impl Pool {
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::Builder::new()
+            .writev(false)
             .handshake::<_, ReqBody>(TokioIo::new(Counted::new(stream, self.traffic.clone())))
             .await?;
         let open = self.open.clone();
@@ -432,6 +448,32 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(pool.checkout_idle(Duration::from_millis(10)).is_none());
         assert_eq!(pool.idle_connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn sweep_closes_stale_idle_connections_only() {
+        let (addr, _) = backend().await;
+        let pool = Pool::new(4);
+        let old = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        pool.checkin(old);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let new = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        pool.checkin(new);
+        pool.sweep(Duration::from_millis(40));
+        assert_eq!(pool.idle_connections(), 1, "the fresh one stays");
+        for _ in 0..100 {
+            if pool.open_connections() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(pool.open_connections(), 1, "the stale one is closed");
     }
 
     #[tokio::test]

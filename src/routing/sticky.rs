@@ -72,6 +72,11 @@ impl Sticky {
         &self.name
     }
 
+    /// Sealed values (they carry an expiry: encoding and decoding need the time).
+    pub fn is_sealed(&self) -> bool {
+        self.seal.is_some()
+    }
+
     /// Remove every occurrence of the cookie from the request's `Cookie` headers and
     /// return the first value found (raw bytes: it may not even be text).
     pub fn take(&self, headers: &mut HeaderMap) -> Option<Vec<u8>> {
@@ -164,15 +169,24 @@ impl Sticky {
     /// `Set-Cookie` for a backend: session cookie, path `/`, HttpOnly, and Secure when
     /// the client came over HTTPS.
     pub fn set_cookie(&self, value: &str, secure: bool, now: u64) -> Option<HeaderValue> {
-        let mut s = format!(
-            "{}={}; path=/; HttpOnly",
-            self.name,
-            self.encode(value, now)
-        );
+        // Sent with most first responses: one buffer, handed to the header as is.
+        let sealed;
+        let value = match self.seal {
+            None => value,
+            Some(_) => {
+                sealed = self.encode(value, now);
+                &sealed
+            }
+        };
+        let mut s = Vec::with_capacity(self.name.len() + value.len() + 32);
+        s.extend_from_slice(self.name.as_bytes());
+        s.push(b'=');
+        s.extend_from_slice(value.as_bytes());
+        s.extend_from_slice(b"; path=/; HttpOnly");
         if secure {
-            s.push_str("; Secure");
+            s.extend_from_slice(b"; Secure");
         }
-        HeaderValue::from_str(&s).ok()
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
     }
 
     /// Remove a backend's own `Set-Cookie` for our cookie name (HAProxy does the same

@@ -1,0 +1,710 @@
+//! One client connection: protocol detection, the connection's timeouts, and parking.
+//!
+//! Owns the life of an accepted connection. HTTP/1 connections are served by hyper's
+//! HTTP/1 server directly (built once per settings, not per connection); a connection
+//! whose first bytes are, or may be, the HTTP/2 preface (h2c prior knowledge) goes to
+//! hyper-util's protocol-detecting builder instead. Detection peeks at the socket, so
+//! the HTTP/1 parser later reads the request in one piece.
+//!
+//! Timeouts are kept by one timer per connection (not one per request):
+//! - `client`: no byte moved while the balancer waits on the client (not while it waits
+//!   on a backend's response head);
+//! - `request_header`: from the moment the connection waits for a request head (accept,
+//!   or the end of the previous response) until a complete head arrived; this also bounds
+//!   how long an idle keep-alive connection is kept. Closed without a response, as
+//!   hyper's own header timeout would.
+//!
+//! Parking: an HTTP/1 keep-alive connection idle for [`PARK_AFTER_MS`] gives back its
+//! HTTP state (hyper's read and write buffers, about 16 KiB, and the dispatcher): the
+//! socket wrapper reports end-of-stream to hyper at a moment hyper is waiting for a new
+//! head with nothing buffered, hyper closes its side gracefully without touching the
+//! socket, and the socket waits for readability with no buffer at all. Its next bytes
+//! start a fresh HTTP/1 connection object on the same socket. "Nothing buffered" is made
+//! sure of without looking into hyper: no request in flight, the response flushed, the
+//! last request had no body, and the bytes read last ended a request head (`\r\n\r\n`):
+//! a connection where any of this does not hold is simply not parked. TLS connections
+//! are never parked.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::Body as _;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::forward::ClientInfo;
+use super::{handle, FrontendRequest, ProxyCtx, Settings};
+
+/// Idle time after which an HTTP/1 keep-alive connection gives back its HTTP state.
+pub const PARK_AFTER_MS: u64 = 500;
+
+/// How often a running connection's watchdog looks at it (parking, the stop).
+const TICK_MS: u64 = 500;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Per-connection state shared between the connection task, its socket wrapper and its
+/// requests. Plain atomics: written and read by one task at a time in practice.
+pub(super) struct ConnState {
+    pub ctx: Arc<ProxyCtx>,
+    pub client: ClientInfo,
+    /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
+    last_io: AtomicU64,
+    /// Requests on this connection waiting for a backend's response head: while any
+    /// is, and no upload is unfinished, the backend's timeout applies, not the client's.
+    pub waiting_upstream: AtomicU32,
+    /// Request bodies still arriving from the client.
+    pub uploads: Arc<AtomicU32>,
+    /// Requests handed to the proxy and not yet answered in full (response body ended).
+    in_flight: AtomicU32,
+    /// When `in_flight` last fell to zero (or the connection was accepted): the start of
+    /// the wait for the next request head.
+    idle_since: AtomicU64,
+    /// The latest request had a body: its connection is not parked (see module docs).
+    last_had_body: AtomicBool,
+    /// Set by the connection task: park at the next safe moment.
+    park: AtomicBool,
+}
+
+impl ConnState {
+    fn new(ctx: Arc<ProxyCtx>, client: ClientInfo) -> Self {
+        let now = ctx.clock.now_ms();
+        ConnState {
+            ctx,
+            client,
+            last_io: AtomicU64::new(now),
+            waiting_upstream: AtomicU32::new(0),
+            uploads: Arc::new(AtomicU32::new(0)),
+            in_flight: AtomicU32::new(0),
+            idle_since: AtomicU64::new(now),
+            last_had_body: AtomicBool::new(false),
+            park: AtomicBool::new(false),
+        }
+    }
+
+    /// A request arrived (its head is complete): called when hyper hands it over, before
+    /// its handler first runs, so that the connection never looks idle in between.
+    pub fn request_started(&self, has_body: bool) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.last_had_body.store(has_body, Ordering::Relaxed);
+        // Busy again: parking waits for a new idle period.
+        self.park.store(false, Ordering::Relaxed);
+    }
+
+    /// A request was answered in full (or abandoned).
+    pub fn request_finished(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // The last byte moved is when the response ended, to a few microseconds:
+            // no clock read needed.
+            self.idle_since
+                .store(self.last_io.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The client socket as hyper sees it: counts bytes, notes activity, and can hand the
+/// socket back ("park") when the connection is idle.
+pub(super) struct ClientIo<S> {
+    inner: Option<S>,
+    state: Arc<ConnState>,
+    /// Where the socket goes when parked; `None`: this connection never parks.
+    slot: Option<Arc<OnceLock<S>>>,
+    /// The last four bytes read.
+    tail: [u8; 4],
+    /// Bytes were written since the last completed flush.
+    unflushed: bool,
+    /// End-of-stream was reported to hyper to park the connection.
+    parked: bool,
+}
+
+impl<S> ClientIo<S> {
+    fn new(inner: S, state: Arc<ConnState>, slot: Option<Arc<OnceLock<S>>>) -> Self {
+        ClientIo {
+            inner: Some(inner),
+            state,
+            slot,
+            // Nothing read yet: nothing half-read either.
+            tail: *b"\r\n\r\n",
+            unflushed: false,
+            parked: false,
+        }
+    }
+
+    fn touch(&self) {
+        self.state
+            .last_io
+            .store(self.state.ctx.clock.now_ms(), Ordering::Relaxed);
+    }
+
+    fn wrote(&mut self, n: usize) {
+        if n > 0 {
+            self.unflushed = true;
+            self.touch();
+            self.state
+                .ctx
+                .stats
+                .traffic
+                .sent
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// hyper holds no half-read request and no unsent response, and the task asked to
+    /// park (see the module docs).
+    fn may_park(&self) -> bool {
+        let st = &self.state;
+        self.slot.is_some()
+            && st.park.load(Ordering::Relaxed)
+            && st.in_flight.load(Ordering::Relaxed) == 0
+            && !st.last_had_body.load(Ordering::Relaxed)
+            && !self.unflushed
+            && ends_head(&self.tail)
+    }
+
+    fn inner(&mut self) -> io::Result<&mut S> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "connection parked"))
+    }
+}
+
+/// Keep the last four bytes read in `tail`.
+fn push_tail(tail: &mut [u8; 4], got: &[u8]) {
+    let n = got.len();
+    if n >= 4 {
+        tail.copy_from_slice(&got[n - 4..]);
+    } else {
+        tail.rotate_left(n);
+        tail[4 - n..].copy_from_slice(got);
+    }
+}
+
+/// The bytes read last end a request head (CRLF CRLF, or bare LF LF).
+fn ends_head(tail: &[u8; 4]) -> bool {
+    tail == b"\r\n\r\n" || tail[2..] == *b"\n\n"
+}
+
+impl<S> Drop for ClientIo<S> {
+    fn drop(&mut self) {
+        if self.parked {
+            if let (Some(slot), Some(inner)) = (&self.slot, self.inner.take()) {
+                let _ = slot.set(inner);
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.parked {
+            return Poll::Ready(Ok(()));
+        }
+        if this.may_park() {
+            // End-of-stream for hyper; the bytes the client may have sent meanwhile stay
+            // in the socket for the next connection object.
+            this.parked = true;
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(this.inner()?).poll_read(cx, buf);
+        let got = &buf.filled()[before..];
+        if !got.is_empty() {
+            let n = got.len();
+            push_tail(&mut this.tail, got);
+            this.touch();
+            this.state
+                .ctx
+                .stats
+                .traffic
+                .received
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(this.inner()?).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            this.wrote(n);
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(this.inner()?).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r {
+            this.wrote(n);
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(this.inner()?).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = r {
+            this.unflushed = false;
+        }
+        r
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.parked {
+            // hyper closing its side of a parked connection: the socket stays open.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(this.inner()?).poll_shutdown(cx)
+    }
+}
+
+/// Counts a connection in `connections_parked` while it lives.
+struct ParkedGauge<'a>(&'a AtomicU64);
+
+impl<'a> ParkedGauge<'a> {
+    fn new(g: &'a AtomicU64) -> Self {
+        g.fetch_add(1, Ordering::Relaxed);
+        ParkedGauge(g)
+    }
+}
+
+impl Drop for ParkedGauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What the connection's first bytes say.
+enum Detected {
+    Http1,
+    /// The HTTP/2 preface, or a prefix of it too short to tell.
+    Other,
+    Closed,
+}
+
+async fn detect(stream: &TcpStream) -> io::Result<Detected> {
+    let mut buf = [0u8; 24];
+    let n = stream.peek(&mut buf).await?;
+    Ok(if n == 0 {
+        Detected::Closed
+    } else if buf[..n] == H2_PREFACE[..n] {
+        Detected::Other
+    } else {
+        Detected::Http1
+    })
+}
+
+/// The client's inactivity and head timeouts at `now`: `Err(counted)` when the
+/// connection must close (`counted`: it was the client timeout), else the next time to
+/// look again.
+fn check_deadlines(
+    st: &ConnState,
+    now: u64,
+    client_ms: u64,
+    head_ms: Option<u64>,
+) -> Result<u64, bool> {
+    let last = st.last_io.load(Ordering::Relaxed);
+    let waiting =
+        st.waiting_upstream.load(Ordering::Relaxed) > 0 && st.uploads.load(Ordering::Relaxed) == 0;
+    let idle_ms = now.saturating_sub(last);
+    if !waiting && idle_ms >= client_ms {
+        return Err(true);
+    }
+    let mut next = now
+        + if waiting {
+            client_ms
+        } else {
+            client_ms - idle_ms
+        };
+    if let Some(head_ms) = head_ms {
+        if st.in_flight.load(Ordering::Relaxed) == 0 {
+            let since = st.idle_since.load(Ordering::Relaxed);
+            let waited = now.saturating_sub(since);
+            if waited >= head_ms {
+                return Err(false);
+            }
+            next = next.min(now + head_ms - waited);
+        }
+    }
+    Ok(next)
+}
+
+/// Serve one accepted client connection until it closes, times out or the balancer
+/// stops (`shutdown`: requests in flight finish, idle connections close at once).
+pub(super) async fn serve_connection(
+    ctx: &Arc<ProxyCtx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let settings: Arc<Settings> = ctx.settings.load_full();
+    let state = Arc::new(ConnState::new(
+        ctx.clone(),
+        ClientInfo::new(peer, local_port, "http"),
+    ));
+    let client_ms = settings.timeouts.client.as_millis() as u64;
+    let head_ms = settings.timeouts.request_header.as_millis() as u64;
+    let clock = ctx.clock;
+    let epoch = Instant::now() - Duration::from_millis(clock.now_ms());
+    let at = |ms: u64| epoch + Duration::from_millis(ms);
+
+    let svc_state = state.clone();
+    let service = move |req: Request<Incoming>| {
+        let frontend = FrontendRequest::start(&svc_state, !req.body().is_end_stream());
+        async move { Ok::<_, Infallible>(handle(frontend, req).await) }
+    };
+    let h1 = &settings.h1;
+    let new_h1 = |io: ClientIo<TcpStream>| {
+        Box::pin(
+            h1.serve_connection(TokioIo::new(io), service_fn(service.clone()))
+                .with_upgrades(),
+        )
+    };
+    // HTTP/2 (or undecided) connections only: built on first use, out of line (it is
+    // large, and the connection's state is kept small for idle connections).
+    let auto_builder = std::cell::OnceCell::new();
+    let new_auto = || {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(settings.timeouts.request_header)
+            .max_buf_size(settings.max_header_size)
+            .keep_alive(true);
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(settings.max_header_size as u32);
+        Box::new(b)
+    };
+
+    let mut parked = Some(stream);
+    let mut _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
+    let mut detected = !settings.h2c;
+    let mut h1_conn = None;
+    let mut h1_slot: Option<Arc<OnceLock<TcpStream>>> = None;
+    let mut other_conn = None;
+    let watchdog = tokio::time::sleep_until(at(clock.now_ms() + head_ms.min(client_ms)));
+    tokio::pin!(watchdog);
+    let mut stopping = false;
+
+    loop {
+        if let Some(stream) = parked.as_ref() {
+            // No HTTP state: wait for the next bytes (no buffer held), a deadline, or
+            // the stop.
+            let woke = tokio::select! {
+                biased;
+                r = stream.readable(), if detected => r.map(|_| None),
+                r = detect(stream), if !detected => r.map(Some),
+                _ = shutdown.cancelled() => return,
+                _ = &mut watchdog => {
+                    match check_deadlines(&state, clock.now_ms(), client_ms, Some(head_ms)) {
+                        Ok(next) => watchdog.as_mut().reset(at(next)),
+                        Err(counted) => {
+                            if counted {
+                                ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                            }
+                            debug!(client = %state.client.peer, "idle client connection closed");
+                            return;
+                        }
+                    }
+                    continue;
+                }
+            };
+            let stream = parked.take().expect("checked above");
+            _parked_gauge = None;
+            match woke {
+                Err(e) => {
+                    debug!(client = %state.client.peer, error = %e, "client connection failed");
+                    return;
+                }
+                Ok(Some(Detected::Closed)) => return,
+                Ok(Some(Detected::Other)) => {
+                    let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
+                    let builder = auto_builder.get_or_init(new_auto);
+                    other_conn = Some(Box::pin(
+                        builder.serve_connection_with_upgrades(io, service_fn(service.clone())),
+                    ));
+                    detected = true;
+                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
+                    watchdog.as_mut().reset(soon);
+                    continue;
+                }
+                Ok(Some(Detected::Http1)) | Ok(None) => {
+                    detected = true;
+                    state.park.store(false, Ordering::Relaxed);
+                    let slot = Arc::new(OnceLock::new());
+                    h1_conn = Some(new_h1(ClientIo::new(
+                        stream,
+                        state.clone(),
+                        Some(slot.clone()),
+                    )));
+                    h1_slot = Some(slot);
+                    // Look again soon: to park once the request is answered.
+                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
+                    watchdog.as_mut().reset(soon);
+                    continue;
+                }
+            }
+        }
+
+        // An HTTP connection object is running.
+        let is_h1 = h1_conn.is_some();
+        let done = tokio::select! {
+            biased;
+            res = async {
+                match (h1_conn.as_mut(), other_conn.as_mut()) {
+                    (Some(c), _) => c.as_mut().await.map_err(|e| e.to_string()),
+                    (None, Some(c)) => c.as_mut().await.map_err(|e| e.to_string()),
+                    (None, None) => Ok(()),
+                }
+            } => Some(res),
+            _ = &mut watchdog => {
+                // The stop is looked at here, not polled on every wake-up of a busy
+                // connection (a cancellation future takes a lock when polled).
+                if !stopping && shutdown.is_cancelled() {
+                    // Finish the request in flight, close when idle.
+                    stopping = true;
+                    if let Some(c) = h1_conn.as_mut() {
+                        c.as_mut().graceful_shutdown();
+                    }
+                    if let Some(c) = other_conn.as_mut() {
+                        c.as_mut().graceful_shutdown();
+                    }
+                }
+                let now = clock.now_ms();
+                match check_deadlines(&state, now, client_ms, is_h1.then_some(head_ms)) {
+                    Err(counted) => {
+                        if counted {
+                            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                            debug!(client = %state.client.peer, "client inactive for {:?}, closing", settings.timeouts.client);
+                        } else {
+                            debug!(client = %state.client.peer, "no request head within {:?}, closing", settings.timeouts.request_header);
+                        }
+                        return;
+                    }
+                    Ok(mut next) => {
+                        if is_h1 && !stopping {
+                            let idle = state.in_flight.load(Ordering::Relaxed) == 0;
+                            let since = state.idle_since.load(Ordering::Relaxed);
+                            if idle && now.saturating_sub(since) >= PARK_AFTER_MS {
+                                // hyper sees it when the connection is polled again,
+                                // right after this (or, if it cannot park yet, later).
+                                state.park.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        // Until it parks or closes, look again every so often (for the
+                        // stop too).
+                        next = next.min(now + TICK_MS);
+                        watchdog.as_mut().reset(at(next));
+                    }
+                }
+                None
+            }
+        };
+        let Some(res) = done else { continue };
+        if let Err(e) = res {
+            debug!(client = %state.client.peer, error = %e, "client connection ended with an error");
+        }
+        // Dropping the connection object drops the socket wrapper, which hands a parked
+        // socket back through the slot.
+        h1_conn = None;
+        other_conn = None;
+        match h1_slot
+            .take()
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(OnceLock::take)
+        {
+            Some(stream) if !stopping => {
+                parked = Some(stream);
+                _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
+                let next = check_deadlines(&state, clock.now_ms(), client_ms, Some(head_ms));
+                match next {
+                    Ok(next) => watchdog.as_mut().reset(at(next)),
+                    Err(_) => return,
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Serve one HTTPS client connection: TLS handshake (bounded by `request_header`), then
+/// HTTP/1.1 or HTTP/2 (by ALPN or preface) through hyper-util's auto builder, with the
+/// client inactivity timeout kept here. TLS connections are not parked.
+pub(super) async fn serve_tls_connection(
+    ctx: &Arc<ProxyCtx>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let settings: Arc<Settings> = ctx.settings.load_full();
+    let head = settings.timeouts.request_header;
+    let stream = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(head, acceptor.accept(stream)) => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(client = %peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(client = %peer, "no TLS handshake within {head:?}");
+                return;
+            }
+        },
+    };
+    let state = Arc::new(ConnState::new(
+        ctx.clone(),
+        ClientInfo::new(peer, local_port, "https"),
+    ));
+    let svc_state = state.clone();
+    let service = move |req: Request<Incoming>| {
+        let frontend = FrontendRequest::start(&svc_state, !req.body().is_end_stream());
+        async move { Ok::<_, Infallible>(handle(frontend, req).await) }
+    };
+    let clock = ctx.clock;
+    let client_ms = settings.timeouts.client.as_millis() as u64;
+    let head_ms = head.as_millis() as u64;
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
+    tokio::pin!(watchdog);
+    // The same loop for both connection types (they share no trait for graceful stop).
+    macro_rules! drive {
+        ($conn:expr, $head:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    res = conn.as_mut() => {
+                        if let Err(e) = res {
+                            debug!(client = %peer, error = %e, "client connection ended with an error");
+                        }
+                        return;
+                    }
+                    _ = shutdown.cancelled(), if !stopping => {
+                        stopping = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    _ = &mut watchdog => {
+                        let now = clock.now_ms();
+                        match check_deadlines(&state, now, client_ms, $head) {
+                            Ok(next) => {
+                                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                                watchdog.as_mut().reset(Instant::now() + wait);
+                            }
+                            Err(counted) => {
+                                if counted {
+                                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                                }
+                                debug!(client = %peer, "idle or slow client connection closed");
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }};
+    }
+    let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
+    if h2 {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        b.http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(settings.max_header_size as u32);
+        drive!(
+            b.serve_connection_with_upgrades(io, service_fn(service)),
+            None
+        )
+    } else {
+        // HTTP/1.1: hyper's server as for plain connections, the request head timeout
+        // kept by the watchdog.
+        drive!(
+            settings
+                .h1
+                .serve_connection(io, service_fn(service))
+                .with_upgrades(),
+            Some(head_ms)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What every open connection costs while idle (parked) is mostly this future:
+    /// keep it small (see the module docs; hyper's state is boxed and dropped).
+    #[tokio::test]
+    async fn connection_task_state_stays_small() {
+        let ctx = Arc::new(ProxyCtx::new(
+            Arc::new(crate::routing::Router::new(4)),
+            Arc::default(),
+            Settings::from_config(&crate::config::Config::default()),
+            tokio::sync::mpsc::unbounded_channel().0,
+            CancellationToken::new(),
+        ));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let peer = "192.0.2.1:5".parse().unwrap();
+        let fut = serve_connection(&ctx, s, peer, 80, CancellationToken::new());
+        let size = std::mem::size_of_val(&fut);
+        assert!(size <= 1024, "connection future is {size} bytes");
+    }
+
+    #[test]
+    fn park_needs_a_complete_head_last() {
+        let mut tail = *b"\r\n\r\n";
+        push_tail(&mut tail, b"GET / HTTP/1.1\r\nHost: x\r\n");
+        assert!(!ends_head(&tail));
+        push_tail(&mut tail, b"\r");
+        assert!(!ends_head(&tail));
+        push_tail(&mut tail, b"\n");
+        assert!(ends_head(&tail), "a head split across reads");
+        push_tail(&mut tail, b"GET /next HTTP/1.1\r\nHo");
+        assert!(!ends_head(&tail), "half of a pipelined head");
+        push_tail(&mut tail, b"st: x\n\n");
+        assert!(ends_head(&tail));
+    }
+}
