@@ -79,11 +79,23 @@ pub(super) struct ConnState {
     last_had_body: AtomicBool,
     /// Set by the connection task: park at the next safe moment.
     park: AtomicBool,
+    /// An HTTP/1 connection: one request at a time, whose wait for a backend's response
+    /// head (`timeouts.server`) the connection's watchdog keeps, instead of a timer per
+    /// request. Set once the protocol is known; HTTP/2 requests keep their own timers.
+    watch_upstream: AtomicBool,
+    /// When the current wait on a backend began (clock ms).
+    upstream_since: AtomicU64,
+    /// Set by the watchdog when that wait passed `server_ms`.
+    upstream_expired: AtomicBool,
+    /// `timeouts.server` in ms, and how often the watchdog looks at a busy connection.
+    server_ms: u64,
+    tick_ms: u64,
 }
 
 impl ConnState {
-    fn new(ctx: Arc<ProxyCtx>, client: ClientInfo) -> Self {
+    fn new(ctx: Arc<ProxyCtx>, client: ClientInfo, server: Duration) -> Self {
         let now = ctx.clock.now_ms();
+        let server_ms = server.as_millis() as u64;
         ConnState {
             ctx,
             client,
@@ -94,7 +106,33 @@ impl ConnState {
             idle_since: AtomicU64::new(now),
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
+            watch_upstream: AtomicBool::new(false),
+            upstream_since: AtomicU64::new(now),
+            upstream_expired: AtomicBool::new(false),
+            server_ms,
+            // A quarter of the response timeout when that is short, so that it is kept
+            // to within a quarter.
+            tick_ms: TICK_MS.min(server_ms / 4).max(1),
         }
+    }
+
+    /// A request starts waiting on a backend.
+    pub fn upstream_wait_started(&self) {
+        if self.waiting_upstream.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.upstream_since
+                .store(self.ctx.clock.now_ms(), Ordering::Relaxed);
+            self.upstream_expired.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// The connection's watchdog keeps this connection's response timeouts.
+    pub fn watches_upstream(&self) -> bool {
+        self.watch_upstream.load(Ordering::Relaxed)
+    }
+
+    /// The watchdog found the wait on a backend longer than `timeouts.server`.
+    pub fn upstream_expired(&self) -> bool {
+        self.upstream_expired.load(Ordering::Relaxed)
     }
 
     /// A request arrived (its head is complete): called when hyper hands it over, before
@@ -331,7 +369,8 @@ async fn detect(stream: &TcpStream) -> io::Result<Detected> {
 
 /// The client's inactivity and head timeouts at `now`: `Err(counted)` when the
 /// connection must close (`counted`: it was the client timeout), else the next time to
-/// look again.
+/// look again. Also marks an HTTP/1 request's wait on a backend as expired (see
+/// [`ConnState::upstream_expired`]).
 fn check_deadlines(
     st: &ConnState,
     now: u64,
@@ -351,6 +390,19 @@ fn check_deadlines(
         } else {
             client_ms - idle_ms
         };
+    if st.waiting_upstream.load(Ordering::Relaxed) > 0 && st.watch_upstream.load(Ordering::Relaxed)
+    {
+        // The request polls `upstream_expired` when the connection is polled next:
+        // right after the watchdog (the connection loop polls it first).
+        let deadline = st.upstream_since.load(Ordering::Relaxed) + st.server_ms;
+        if now >= deadline {
+            st.upstream_expired.store(true, Ordering::Relaxed);
+        } else {
+            next = next.min(deadline);
+        }
+        // A request may start waiting at any time: look again within a tick.
+        next = next.min(now + st.tick_ms);
+    }
     if let Some(head_ms) = head_ms {
         if st.in_flight.load(Ordering::Relaxed) == 0 {
             let since = st.idle_since.load(Ordering::Relaxed);
@@ -378,6 +430,7 @@ pub(super) async fn serve_connection(
     let state = Arc::new(ConnState::new(
         ctx.clone(),
         ClientInfo::new(peer, local_port, "http"),
+        settings.timeouts.server,
     ));
     let client_ms = settings.timeouts.client.as_millis() as u64;
     let head_ms = settings.timeouts.request_header.as_millis() as u64;
@@ -461,13 +514,14 @@ pub(super) async fn serve_connection(
                         builder.serve_connection_with_upgrades(io, service_fn(service.clone())),
                     ));
                     detected = true;
-                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
+                    let soon = at(clock.now_ms() + state.tick_ms).min(watchdog.deadline());
                     watchdog.as_mut().reset(soon);
                     continue;
                 }
                 Ok(Some(Detected::Http1)) | Ok(None) => {
                     detected = true;
                     state.park.store(false, Ordering::Relaxed);
+                    state.watch_upstream.store(true, Ordering::Relaxed);
                     let slot = Arc::new(OnceLock::new());
                     h1_conn = Some(new_h1(ClientIo::new(
                         stream,
@@ -476,7 +530,7 @@ pub(super) async fn serve_connection(
                     )));
                     h1_slot = Some(slot);
                     // Look again soon: to park once the request is answered.
-                    let soon = at(clock.now_ms() + TICK_MS).min(watchdog.deadline());
+                    let soon = at(clock.now_ms() + state.tick_ms).min(watchdog.deadline());
                     watchdog.as_mut().reset(soon);
                     continue;
                 }
@@ -530,7 +584,7 @@ pub(super) async fn serve_connection(
                         }
                         // Until it parks or closes, look again every so often (for the
                         // stop too).
-                        next = next.min(now + TICK_MS);
+                        next = next.min(now + state.tick_ms);
                         watchdog.as_mut().reset(at(next));
                     }
                 }
@@ -596,6 +650,7 @@ pub(super) async fn serve_tls_connection(
     let state = Arc::new(ConnState::new(
         ctx.clone(),
         ClientInfo::new(peer, local_port, "https"),
+        settings.timeouts.server,
     ));
     let svc_state = state.clone();
     let service = move |req: Request<Incoming>| {
@@ -606,6 +661,7 @@ pub(super) async fn serve_tls_connection(
     let client_ms = settings.timeouts.client.as_millis() as u64;
     let head_ms = head.as_millis() as u64;
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    state.watch_upstream.store(!h2, Ordering::Relaxed);
     let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
     tokio::pin!(watchdog);
     // The same loop for both connection types (they share no trait for graceful stop).

@@ -12,22 +12,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
-
 use crate::stats::Traffic;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Milliseconds since an epoch: cheap to store in an atomic.
+/// Milliseconds since an epoch: cheap to read and to store in an atomic.
+///
+/// Read from the kernel's coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, a few
+/// milliseconds of resolution, no hardware clock read): it is read on every socket read
+/// and write of the request path, and only millisecond timeouts are kept with it.
 #[derive(Clone, Copy, Debug)]
-pub struct Clock(Instant);
+pub struct Clock(u64);
+
+fn coarse_ms() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
+}
 
 impl Clock {
     pub fn new() -> Self {
-        Clock(Instant::now())
+        Clock(coarse_ms())
     }
 
     pub fn now_ms(&self) -> u64 {
-        self.0.elapsed().as_millis() as u64
+        coarse_ms().saturating_sub(self.0)
     }
 }
 

@@ -316,7 +316,7 @@ struct WaitingUpstream<'a>(&'a ConnState);
 
 impl<'a> WaitingUpstream<'a> {
     fn new(s: &'a ConnState) -> Self {
-        s.waiting_upstream.fetch_add(1, Ordering::Relaxed);
+        s.upstream_wait_started();
         WaitingUpstream(s)
     }
 }
@@ -616,7 +616,19 @@ async fn send_once(
             },
         };
         let waiting = WaitingUpstream::new(conn);
-        let sent = tokio::time::timeout(t.server, sender.try_send_request(req)).await;
+        let exchange = sender.try_send_request(req);
+        let sent = if conn.watches_upstream() {
+            // HTTP/1: the connection's watchdog keeps the timeout (no timer per request).
+            WatchedExchange {
+                conn,
+                exchange: std::pin::pin!(exchange),
+            }
+            .await
+        } else {
+            tokio::time::timeout(t.server, exchange)
+                .await
+                .map_err(|_| ())
+        };
         drop(waiting);
         match sent {
             Err(_) => {
@@ -650,6 +662,31 @@ async fn send_once(
                 }
             },
         }
+    }
+}
+
+/// A request's exchange with a backend, given up (`Err`) when the connection's watchdog
+/// marks the wait as longer than `timeouts.server`. Polled in the connection's task, which
+/// polls the request again right after its watchdog ran.
+struct WatchedExchange<'a, F> {
+    conn: &'a ConnState,
+    exchange: std::pin::Pin<&'a mut F>,
+}
+
+impl<F: std::future::Future> std::future::Future for WatchedExchange<'_, F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        if let std::task::Poll::Ready(v) = self.exchange.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(v));
+        }
+        if self.conn.upstream_expired() {
+            return std::task::Poll::Ready(Err(()));
+        }
+        std::task::Poll::Pending
     }
 }
 
