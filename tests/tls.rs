@@ -295,3 +295,49 @@ fn check_lists_unusable_certificates() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("https 127.0.0.1:0"), "{out}");
 }
+
+/// A connection that never completes its TLS handshake is closed at
+/// `timeouts.request_header` and does not keep its slot; a real client still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_are_cut_at_the_request_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    ) + "[timeouts]\nrequest_header = \"600ms\"\n";
+    let g = Gearlb::start(dir.path(), &cfg);
+    let addr = tls_addr(&g);
+
+    // One sends nothing, one the first bytes of a ClientHello and then nothing.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    for s in [&mut silent, &mut partial] {
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("closed by the balancer well before 5s")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "closed without a response");
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(400),
+        "cut before the timeout: {waited:?}"
+    );
+
+    let s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+        .await
+        .unwrap();
+    let mut sender = http(s).await;
+    assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+}
