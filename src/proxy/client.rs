@@ -118,7 +118,9 @@ impl ConnState {
 
     /// A request starts waiting on a backend.
     pub fn upstream_wait_started(&self) {
-        if self.waiting_upstream.fetch_add(1, Ordering::Relaxed) == 0 {
+        let first = self.waiting_upstream.fetch_add(1, Ordering::Relaxed) == 0;
+        // Only the watchdog of an HTTP/1 connection reads when the wait began.
+        if first && self.watches_upstream() {
             self.upstream_since
                 .store(self.ctx.clock.now_ms(), Ordering::Relaxed);
             self.upstream_expired.store(false, Ordering::Relaxed);

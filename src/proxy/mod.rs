@@ -31,8 +31,10 @@ pub mod io;
 pub mod tunnel;
 pub mod upstream;
 
+use std::future::Future as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -619,10 +621,14 @@ async fn send_once(
         let exchange = sender.try_send_request(req);
         let sent = if conn.watches_upstream() {
             // HTTP/1: the connection's watchdog keeps the timeout (no timer per request).
-            WatchedExchange {
-                conn,
-                exchange: std::pin::pin!(exchange),
-            }
+            // This request is polled in the connection's task, which polls it again right
+            // after its watchdog marked the wait as expired.
+            let mut exchange = std::pin::pin!(exchange);
+            std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Ok(r)),
+                Poll::Pending if conn.upstream_expired() => Poll::Ready(Err(())),
+                Poll::Pending => Poll::Pending,
+            })
             .await
         } else {
             tokio::time::timeout(t.server, exchange)
@@ -662,31 +668,6 @@ async fn send_once(
                 }
             },
         }
-    }
-}
-
-/// A request's exchange with a backend, given up (`Err`) when the connection's watchdog
-/// marks the wait as longer than `timeouts.server`. Polled in the connection's task, which
-/// polls the request again right after its watchdog ran.
-struct WatchedExchange<'a, F> {
-    conn: &'a ConnState,
-    exchange: std::pin::Pin<&'a mut F>,
-}
-
-impl<F: std::future::Future> std::future::Future for WatchedExchange<'_, F> {
-    type Output = Result<F::Output, ()>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        if let std::task::Poll::Ready(v) = self.exchange.as_mut().poll(cx) {
-            return std::task::Poll::Ready(Ok(v));
-        }
-        if self.conn.upstream_expired() {
-            return std::task::Poll::Ready(Err(()));
-        }
-        std::task::Poll::Pending
     }
 }
 
