@@ -17,6 +17,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
 use crate::control::{self, Request};
+use crate::memory;
 use crate::server::Server;
 use crate::stats::StatusReport;
 
@@ -134,8 +135,10 @@ pub enum CtlCommand {
     Reload,
 }
 
-/// Parse arguments, run, and return the process exit code.
-pub fn main() -> i32 {
+/// Parse arguments, run, and return the process exit code. `release` returns the calling
+/// thread's freed heap memory to the system; `run` calls it from idle worker threads
+/// (see [`crate::memory`]).
+pub fn main(release: Option<memory::Release>) -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -149,7 +152,7 @@ pub fn main() -> i32 {
             config,
             log_format,
             log_requests,
-        } => run(config.as_deref(), log_format, log_requests),
+        } => run(config.as_deref(), log_format, log_requests, release),
         Command::Check { config } => check(config.as_deref()),
         Command::Demo => demo(),
         Command::Ctl {
@@ -219,7 +222,12 @@ fn check(flag: Option<&Path>) -> i32 {
     0
 }
 
-fn run(flag: Option<&Path>, log_format: LogFormat, log_requests: bool) -> i32 {
+fn run(
+    flag: Option<&Path>,
+    log_format: LogFormat,
+    log_requests: bool,
+    release: Option<memory::Release>,
+) -> i32 {
     init_logging(log_format);
     let mut cfg = match load_config(flag) {
         Ok(c) => c,
@@ -241,6 +249,9 @@ fn run(flag: Option<&Path>, log_format: LogFormat, log_requests: bool) -> i32 {
         b
     };
     rt.enable_all();
+    if let Some(release) = release {
+        rt.on_thread_park(move || memory::on_park(release));
+    }
     let rt = match rt.build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -37,6 +37,7 @@ pub mod control;
 pub mod demo;
 pub mod gear;
 pub mod health;
+pub mod memory;
 pub mod metrics;
 pub mod proxy;
 pub mod rotation;

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 #[derive(Clone, Copy, Debug)]
 pub struct Clock(u64);
 
-fn coarse_ms() -> u64 {
+pub(crate) fn coarse_ms() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
 }
