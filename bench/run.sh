@@ -892,6 +892,7 @@ print_header() {
     echo "command:   $COMMAND_LINE"
     echo "machine:   nproc=$(nproc), cpu: ${cpu:-unknown}, kernel $(uname -r)"
     echo "load:      before: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "wake-ups:  ${WAKEUPS:-not measured} (lateness of an idle CPU's wake-up)"
     echo "gearlb:    $(gearlb_revision)"
     [[ -z $HAPROXY_BIN ]] || echo "haproxy:   $("$HAPROXY_BIN" -v 2>&1 | awk 'NR == 1 { print $3 }')"
     echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
@@ -907,6 +908,7 @@ print_header() {
 }
 
 ROW=""
+WAKEUPS=""
 RESULTS="" # TSV: scenario variant target round columns...
 
 # run_one SCENARIO VARIANT TARGET ROUND
@@ -1028,6 +1030,12 @@ print_summary() {
 main() {
     COMMAND_LINE="$(env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' | sort | tr '\n' ' ')bash bench/run.sh"
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+    # How late an idle proxy CPU wakes up (stalls of the machine, not of a proxy).
+    if [[ $PIN == 1 ]]; then
+        WAKEUPS="CPU $PROXY_CPUS, 0.5 ms sleeps for 5 s: $(taskset -c "$PROXY_CPUS" python3 "$SCRIPT_DIR/wakeup_latency.py" 5)"
+    else
+        WAKEUPS="$(python3 "$SCRIPT_DIR/wakeup_latency.py" 5)"
+    fi
     local s t v round
     for s in "${SCENARIOS[@]}"; do
         declare -F "scenario_$s" >/dev/null || die "unknown scenario '$s' (known: $ALL_SCENARIOS)"
