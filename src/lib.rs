@@ -6,7 +6,7 @@
 //! - [`gear`]: gear names, addresses and the platform's `update-cluster` entry format.
 //! - [`routing`]: the routing table snapshot (arc-swap), backend selection and the
 //!   sticky cookie ([`routing::sticky`]).
-//! - [`health`]: active health checks and passive ejection.
+//! - [`health`]: active health checks (on kept connections) and passive ejection.
 //! - [`cluster`]: the application's balancers: gossip membership (chitchat over an
 //!   authenticated TCP transport), the cluster view, subsets and shared health.
 //! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
@@ -23,6 +23,7 @@
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
 //! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
+//! - [`memory`]: returning freed heap pages to the system when a worker goes idle.
 //! - [`cli`]: the command line.
 //!
 //! The request path reads an immutable routing snapshot and atomic counters only: it
