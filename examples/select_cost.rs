@@ -45,7 +45,10 @@ fn main() {
             let mut seen = std::collections::HashSet::new();
             let started = Instant::now();
             for i in 0..PICKS {
-                let b = r.load().select().map(|b| std::sync::Arc::as_ptr(b) as usize);
+                let b = r
+                    .load()
+                    .select()
+                    .map(|b| std::sync::Arc::as_ptr(b) as usize);
                 if i % 64 == 0 {
                     seen.insert(std::hint::black_box(b));
                 }
