@@ -14,7 +14,7 @@
 //! | `ready`  | `1` while serving; `0` when stopping (peers drop it at once)         |
 //! | `name`   | the gear name, for people                                            |
 //! | `load`   | JSON `{"s":sessions,"a":avg sessions,"r":requests/s,"f":in flight}`  |
-//! | `health` | JSON `{"<gear label>":true|false,…}` for the gears this node covers  |
+//! | `health` | JSON `{"<gear label>":true\|false,…}` for the gears this node covers  |
 //!
 //! `load` is published once a second; `health` when it changes. Liveness is chitchat's
 //! failure detector, tuned so a dead peer is noticed in about ten gossip intervals

@@ -16,7 +16,7 @@
 //! Timeouts: `request_header` (the request head must arrive within it; this also bounds
 //! how long an idle keep-alive connection waits for its next request) and `client` (no
 //! byte moved while the balancer waits on the client), both kept per connection by
-//! [`client`]; `connect`; `server` (time to the backend's response head, answered with
+//! `client`; `connect`; `server` (time to the backend's response head, answered with
 //! 504); `tunnel` (idle upgraded connection).
 //!
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
