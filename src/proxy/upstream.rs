@@ -283,12 +283,22 @@ impl Pool {
         let open = self.open.clone();
         open.fetch_add(1, Ordering::Relaxed);
         let kill = self.kill_token();
+        // The connection's task is polled on every request; a cancellation future polled
+        // with it would take the token's lock each time. A second task, woken only when
+        // the connection ends or the pool is cut, watches the token and aborts it.
+        let driver = tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                debug!(error = %e, "backend connection ended with an error");
+            }
+        });
+        let abort = driver.abort_handle();
         tokio::spawn(async move {
             tokio::select! {
-                r = conn.with_upgrades() => if let Err(e) = r {
-                    debug!(error = %e, "backend connection ended with an error");
-                },
-                _ = kill.cancelled() => debug!("backend connection cut (drain deadline)"),
+                _ = driver => {}
+                _ = kill.cancelled() => {
+                    abort.abort();
+                    debug!("backend connection cut (drain deadline)");
+                }
             }
             open.fetch_sub(1, Ordering::Relaxed);
         });
