@@ -24,7 +24,6 @@ use http::{header, HeaderValue, Request};
 use http_body_util::BodyExt;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -210,12 +209,9 @@ fn check_request(backend: &Backend, uri: &str) -> Result<Request<ReqBody>, Strin
 }
 
 async fn check_connect(backend: &Backend) -> Result<SendRequest<ReqBody>, String> {
-    let addr = &backend.spec.addr;
-    let stream = match addr.socket_addr() {
-        Some(sa) => TcpStream::connect(sa).await,
-        None => TcpStream::connect((addr.host(), addr.port())).await,
-    }
-    .map_err(|e| format!("connect: {e}"))?;
+    let stream = crate::proxy::upstream::dial(&backend.spec.addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let _ = stream.set_nodelay(true);
     let (sender, conn) = hyper::client::conn::http1::handshake::<_, ReqBody>(TokioIo::new(stream))
         .await

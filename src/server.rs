@@ -991,21 +991,7 @@ impl App {
         let mut new = match config::load(cfg.file.as_deref(), env) {
             Ok(c) => c,
             Err(ConfigErrors(problems)) => {
-                let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-                error!(
-                    problems = problems.len(),
-                    "reload refused: configuration has problems; keeping the old one"
-                );
-                for p in &problems {
-                    error!("  {p}");
-                }
-                return Reply::error(
-                    EXIT_CONFIG,
-                    format!(
-                        "configuration not reloaded, old one kept:\n{}",
-                        list.join("\n")
-                    ),
-                );
+                return reload_refused("configuration has problems; keeping the old one", &problems)
             }
         };
         new.log.requests_forced = cfg.log.requests_forced;
@@ -1016,21 +1002,10 @@ impl App {
             Some(_) => match crate::tls::load(&new.tls, cfg.proxy.h2c) {
                 Ok(t) => Some(t),
                 Err(problems) => {
-                    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-                    error!(
-                        problems = problems.len(),
-                        "reload refused: TLS certificates unusable; keeping the old ones"
-                    );
-                    for p in &problems {
-                        error!("  {p}");
-                    }
-                    return Reply::error(
-                        EXIT_CONFIG,
-                        format!(
-                            "configuration not reloaded, old one kept:\n{}",
-                            list.join("\n")
-                        ),
-                    );
+                    return reload_refused(
+                        "TLS certificates unusable; keeping the old ones",
+                        &problems,
+                    )
                 }
             },
         };
@@ -1277,4 +1252,21 @@ impl StatusSource for App {
     fn metrics(&self) -> Result<String, std::fmt::Error> {
         self.metrics.encode()
     }
+}
+
+/// A refused reload: every problem logged and listed in the reply (exit 64); the
+/// configuration in force stays.
+fn reload_refused(why: &str, problems: &[config::Problem]) -> Reply {
+    error!(problems = problems.len(), "reload refused: {why}");
+    for p in problems {
+        error!("  {p}");
+    }
+    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+    Reply::error(
+        EXIT_CONFIG,
+        format!(
+            "configuration not reloaded, old one kept:\n{}",
+            list.join("\n")
+        ),
+    )
 }

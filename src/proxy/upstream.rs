@@ -114,6 +114,21 @@ struct Idle {
     since: Instant,
 }
 
+/// A TCP connection to a backend address (an IP address, or a name resolved now).
+pub async fn dial(addr: &Addr) -> std::io::Result<TcpStream> {
+    match addr.socket_addr() {
+        Some(sa) => TcpStream::connect(sa).await,
+        None => TcpStream::connect((addr.host(), addr.port())).await,
+    }
+}
+
+impl Idle {
+    /// Closed by the backend, or pooled longer than `max_age`: to be dropped.
+    fn is_stale(&self, max_age: Duration) -> bool {
+        self.sender.is_closed() || self.since.elapsed() > max_age
+    }
+}
+
 /// The connection pool of one backend.
 pub struct Pool {
     /// `None` when pooling is off (`limits.max_idle_per_backend = 0`).
@@ -211,7 +226,7 @@ impl Pool {
         // Bounded: at most what the queue held when we started.
         for _ in 0..q.len() {
             let Some(idle) = q.pop() else { break };
-            if idle.sender.is_closed() || idle.since.elapsed() > max_age {
+            if idle.is_stale(max_age) {
                 continue; // dropped: closes the connection
             }
             if idle.sender.is_ready() {
@@ -235,7 +250,7 @@ impl Pool {
         let Some(q) = &self.idle else { return };
         for _ in 0..q.len() {
             let Some(idle) = q.pop() else { break };
-            if idle.sender.is_closed() || idle.since.elapsed() > max_age {
+            if idle.is_stale(max_age) {
                 continue; // dropped: closes the connection
             }
             let _ = q.push(idle);
@@ -266,13 +281,7 @@ impl Pool {
 
     /// Open a new connection to `addr`.
     pub async fn connect(&self, addr: &Addr, timeout: Duration) -> Result<Sender, ConnectError> {
-        let connect = async {
-            match addr.socket_addr() {
-                Some(sa) => TcpStream::connect(sa).await,
-                None => TcpStream::connect((addr.host(), addr.port())).await,
-            }
-        };
-        let stream = tokio::time::timeout(timeout, connect)
+        let stream = tokio::time::timeout(timeout, dial(addr))
             .await
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
