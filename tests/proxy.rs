@@ -545,3 +545,83 @@ async fn request_head_timeout_closes_idle_and_slow_connections() {
     assert_eq!(n, 0, "closed, not answered");
     assert!(t.elapsed() >= Duration::from_millis(800) && t.elapsed() < Duration::from_secs(3));
 }
+
+/// A backend that answers one request per connection with a keep-alive response (no
+/// `Connection: close`) and then closes it, as a backend whose keep-alive timeout ran out
+/// does; `style` picks the response framing. Counts the requests it read in full.
+async fn one_shot_backend(style: &'static str) -> (std::net::SocketAddr, Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let served = Arc::new(AtomicU64::new(0));
+    let n = served.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let n = n.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Read the head, then the body its Content-Length announces.
+                loop {
+                    let Ok(k) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    if k == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..k]);
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+                let resp: &[u8] = match style {
+                    "chunked" => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nsome\r\n5\r\nthing\r\n0\r\nx-trailer: t\r\n\r\n",
+                    _ => b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nsomething",
+                };
+                let _ = s.write_all(resp).await;
+                // Closed here, without having said so.
+            });
+        }
+    });
+    (addr, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_closing_idle_keep_alive_connections_fail_no_request() {
+    for style in ["length", "chunked"] {
+        let (addr, served) = one_shot_backend(style).await;
+        let dir = workdir();
+        let lb = Gearlb::start(
+            dir.path(),
+            &config_text(dir.path(), &[("web1", addr)], "[health]\nenabled = false\n"),
+        );
+        let c = client();
+        for i in 0..10 {
+            // A POST is never replayed: it must not be sent on a connection the backend
+            // already closed.
+            let req = if i % 2 == 0 {
+                http::Request::get(format!("http://{}/", lb.proxy)).body(full(""))
+            } else {
+                http::Request::post(format!("http://{}/form", lb.proxy)).body(full("a=1&b=2"))
+            };
+            let got = send(&c, req.unwrap()).await.unwrap();
+            assert_eq!(
+                (got.status, got.text().as_str()),
+                (200, "something"),
+                "{style} {i}"
+            );
+            // Let the close reach the balancer before the next request.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert_eq!(served.load(Ordering::Relaxed), 10, "{style}");
+    }
+}

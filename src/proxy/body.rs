@@ -2,17 +2,17 @@
 //!
 //! Owns [`ProxyBody`]: a backend's body streamed through frame by frame (never
 //! buffered), or a short text the balancer writes itself. A backend body holds the
-//! backend connection and the request's in-flight count until its last frame: then the
-//! connection returns to its backend's pool; a body dropped half-read closes it instead.
+//! backend connection and the request's in-flight count until its last byte: then the
+//! connection returns to its backend's pool at once; a body dropped half-read closes it
+//! instead.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
-use super::upstream::Sender;
+use super::upstream::{SendError, UpBody};
 use super::{FrontendRequest, InFlight};
 
 /// Response body sent to clients: a backend's body streamed through, or a short text
@@ -35,14 +35,12 @@ impl ProxyBody {
         }
     }
 
-    pub(super) fn upstream(inner: Incoming, sender: Option<Sender>, flight: InFlight) -> Self {
+    pub(super) fn upstream(body: UpBody, flight: InFlight) -> Self {
+        let mut u = UpstreamBody { body, flight };
+        // A body-less response frees its connection before the client is answered.
+        u.return_if_done();
         ProxyBody {
-            kind: BodyKind::Upstream(UpstreamBody {
-                inner,
-                sender,
-                flight,
-                done: false,
-            }),
+            kind: BodyKind::Upstream(u),
             _frontend: None,
         }
     }
@@ -55,20 +53,20 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = SendError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
         match &mut self.get_mut().kind {
             BodyKind::Text(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => {
-                let r = Pin::new(&mut u.inner).poll_frame(cx);
-                if let Poll::Ready(None) = r {
-                    u.done = true;
+                let r = u.body.poll_data(cx);
+                if r.is_ready() {
+                    u.return_if_done();
                 }
-                r
+                r.map(|o| o.map(|r| r.map(Frame::data)))
             }
         }
     }
@@ -76,7 +74,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             BodyKind::Text(b) => b.is_none(),
-            BodyKind::Upstream(u) => u.done || u.inner.is_end_stream(),
+            BodyKind::Upstream(u) => u.body.is_done(),
         }
     }
 
@@ -84,28 +82,23 @@ impl Body for ProxyBody {
         match &self.kind {
             BodyKind::Text(Some(b)) => SizeHint::with_exact(b.len() as u64),
             BodyKind::Text(None) => SizeHint::with_exact(0),
-            BodyKind::Upstream(u) => u.inner.size_hint(),
+            BodyKind::Upstream(u) => u.body.size_hint(),
         }
     }
 }
 
-/// A backend's response body. Holds the backend connection and the in-flight count
-/// until the body is finished; then the connection goes back to the pool.
+/// A backend's response body and the request's in-flight count on the backend.
 struct UpstreamBody {
-    inner: Incoming,
-    sender: Option<Sender>,
+    body: UpBody,
     flight: InFlight,
-    /// The body was read to its end (hyper's `is_end_stream` stays false after a
-    /// chunked body ends, so this is tracked here).
-    done: bool,
 }
 
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        if let Some(sender) = self.sender.take() {
-            if self.done || self.inner.is_end_stream() {
-                self.flight.backend().pool.checkin(sender);
-            }
+impl UpstreamBody {
+    /// Once the body was read to its end, its connection goes back to the pool (the
+    /// client may still be waiting for the last bytes: they are out of the socket).
+    fn return_if_done(&mut self) {
+        if let Some(conn) = self.body.take_reusable() {
+            self.flight.backend().pool.checkin(conn);
         }
     }
 }

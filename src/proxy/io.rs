@@ -129,6 +129,10 @@ impl<T> Counted<T> {
         Counted { inner, traffic }
     }
 
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+
     fn wrote(&self, r: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = r {
             self.traffic.sent.fetch_add(*n as u64, Ordering::Relaxed);

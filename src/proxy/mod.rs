@@ -27,6 +27,7 @@
 pub mod body;
 mod client;
 pub mod forward;
+pub mod h1;
 pub mod io;
 pub mod tunnel;
 pub mod upstream;
@@ -55,8 +56,9 @@ use crate::routing::{Backend, Router};
 use crate::stats::FrontendStats;
 pub use body::ProxyBody;
 use client::ConnState;
+use h1::ReqFraming;
 use io::Clock;
-use upstream::{ReqBody, Sender};
+use upstream::{Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
 #[derive(Clone, Debug)]
@@ -338,13 +340,13 @@ enum ForwardError {
     Connect(upstream::ConnectError),
     /// Sent (at least partly) and failed before a response head.
     #[error("backend failed before answering: {0}")]
-    Upstream(hyper::Error),
+    Upstream(SendError),
     #[error("no response head within {0:?}")]
     Timeout(Duration),
     /// The client's request body failed (malformed chunked framing, or the client went
     /// away mid-upload): the client's fault, never counted against the backend.
-    #[error("request body from the client failed: {0}")]
-    ClientBody(hyper::Error),
+    #[error("{0}")]
+    ClientBody(SendError),
     /// Refused before forwarding (see `forward::request_problem`).
     #[error("request refused: {1}")]
     Refused(StatusCode, &'static str),
@@ -381,15 +383,6 @@ impl ForwardError {
             ForwardError::Refused(..) => "400 Bad Request: ambiguous request.\n",
         }
     }
-}
-
-/// True when an exchange failed because the client's request body did: hyper reports
-/// an error of the body it was sending, and that body is the client's `Incoming`.
-fn client_body_failed(e: &hyper::Error) -> bool {
-    use std::error::Error as _;
-    e.is_user()
-        && e.source()
-            .is_some_and(|s| s.downcast_ref::<hyper::Error>().is_some())
 }
 
 /// What a request line in the log needs, taken before the request is consumed.
@@ -457,27 +450,24 @@ fn idempotent(m: &Method) -> bool {
     )
 }
 
-/// What is needed to send a body-less request again.
-struct Replay {
-    method: Method,
-    uri: http::Uri,
-    headers: http::HeaderMap,
-}
+/// What is needed to send a body-less request again: its head as it went on the wire.
+struct Replay(Outgoing);
 
 impl Replay {
-    fn request(&self) -> Request<ReqBody> {
-        let mut r = Request::new(ReqBody::Empty);
-        *r.method_mut() = self.method.clone();
-        *r.uri_mut() = self.uri.clone();
-        *r.headers_mut() = self.headers.clone();
-        r
+    fn request(&self) -> Outgoing {
+        Outgoing {
+            head: self.0.head.clone(),
+            method: self.0.method.clone(),
+            framing: ReqFraming::Empty,
+            body: ReqBody::Empty,
+        }
     }
 }
 
 /// One attempt's outcome when it did not produce a response.
 enum Failed {
     /// The request never left: it can go to another backend as is.
-    NotSent(Box<Request<ReqBody>>, ForwardError),
+    NotSent(Box<Outgoing>, ForwardError),
     /// It was (at least partly) sent.
     Sent(ForwardError),
 }
@@ -523,13 +513,27 @@ async fn forward(
         _ => None,
     };
 
-    let replay = (idempotent(&parts.method) && body.is_end_stream()).then(|| Replay {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        headers: parts.headers.clone(),
+    // The head is the same whichever backend gets it: encoded once, replayed as is.
+    let empty = body.is_end_stream();
+    let framing = h1::request_framing(&mut parts.headers, empty, body.size_hint().exact());
+    let mut head = bytes::BytesMut::new();
+    h1::encode_request_head(&parts, framing, &mut head);
+    let head = head.freeze();
+    let replay = (idempotent(&parts.method) && empty).then(|| {
+        Replay(Outgoing {
+            head: head.clone(),
+            method: parts.method.clone(),
+            framing,
+            body: ReqBody::Empty,
+        })
     });
-    let pending = (!body.is_end_stream()).then(|| upstream::Pending::new(&conn.uploads));
-    let mut req = Request::from_parts(parts, ReqBody::Incoming(body, pending));
+    let pending = (!empty).then(|| upstream::Pending::new(&conn.uploads));
+    let mut req = Outgoing {
+        head,
+        method: parts.method,
+        framing,
+        body: ReqBody::Incoming(body, pending),
+    };
     let mut tried: Vec<Arc<Backend>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
     let mut last: Option<Arc<Backend>> = None;
@@ -546,7 +550,7 @@ async fn forward(
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
         match send_once(conn, settings, &backend, req).await {
-            Ok((resp, sender)) => {
+            Ok((head, conn)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
                 let insert_cookie =
@@ -554,8 +558,8 @@ async fn forward(
                 let resp = respond(
                     ctx,
                     settings,
-                    resp,
-                    sender,
+                    head,
+                    conn,
                     flight,
                     insert_cookie,
                     secure,
@@ -591,25 +595,25 @@ async fn forward(
     Err((last_error, last))
 }
 
-/// One attempt on one backend: a pooled connection (a closed one hands the request back
-/// untouched, so try the next) or a new one, then the request.
+/// One attempt on one backend: a pooled connection (one the backend closed meanwhile
+/// hands the request back untouched, so try the next) or a new one, then the request.
 async fn send_once(
     conn: &ConnState,
     settings: &Settings,
     backend: &Arc<Backend>,
-    mut req: Request<ReqBody>,
-) -> Result<(Response<Incoming>, Sender), Failed> {
+    mut req: Outgoing,
+) -> Result<(h1::Head, Conn), Failed> {
     let t = &settings.timeouts;
     loop {
-        let (mut sender, fresh) = match backend.pool.checkout_idle(t.upstream_idle) {
-            Some(s) => (s, false),
+        let (mut up, fresh) = match backend.pool.checkout_idle(t.upstream_idle) {
+            Some(c) => (c, false),
             None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
-                Ok(s) => {
+                Ok(c) => {
                     backend
                         .stats
                         .connections_opened
                         .fetch_add(1, Ordering::Relaxed);
-                    (s, true)
+                    (c, true)
                 }
                 Err(e) => {
                     backend.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
@@ -618,7 +622,7 @@ async fn send_once(
             },
         };
         let waiting = WaitingUpstream::new(conn);
-        let exchange = sender.try_send_request(req);
+        let exchange = upstream::send(&mut up, req);
         let sent = if conn.watches_upstream() {
             // HTTP/1: the connection's watchdog keeps the timeout (no timer per request).
             // This request is polled in the connection's task, which polls it again right
@@ -641,32 +645,26 @@ async fn send_once(
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
                 return Err(Failed::Sent(ForwardError::Timeout(t.server)));
             }
-            Ok(Ok(resp)) => return Ok((resp, sender)),
-            Ok(Err(mut e)) => match e.take_message() {
-                // A stale pooled connection: the request never left.
-                Some(back) if !fresh => req = back,
-                Some(back) => {
-                    backend
-                        .stats
-                        .response_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Err(Failed::NotSent(
-                        Box::new(back),
-                        ForwardError::Upstream(e.into_error()),
-                    ));
-                }
-                None => {
-                    let e = e.into_error();
-                    if client_body_failed(&e) {
-                        return Err(Failed::Sent(ForwardError::ClientBody(e)));
-                    }
-                    backend
-                        .stats
-                        .response_errors
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Err(Failed::Sent(ForwardError::Upstream(e)));
-                }
-            },
+            Ok(Ok(head)) => return Ok((head, up)),
+            // A pooled connection the backend had closed: the request never left.
+            Ok(Err(SendFailure::NotSent(back, _))) if !fresh => req = *back,
+            Ok(Err(SendFailure::NotSent(back, e))) => {
+                backend
+                    .stats
+                    .response_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(Failed::NotSent(back, ForwardError::Upstream(e)));
+            }
+            Ok(Err(SendFailure::Sent(e @ (SendError::ClientBody(_) | SendError::BodyLength)))) => {
+                return Err(Failed::Sent(ForwardError::ClientBody(e)));
+            }
+            Ok(Err(SendFailure::Sent(e))) => {
+                backend
+                    .stats
+                    .response_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(Failed::Sent(ForwardError::Upstream(e)));
+            }
         }
     }
 }
@@ -677,8 +675,8 @@ async fn send_once(
 fn respond(
     ctx: &ProxyCtx,
     settings: &Settings,
-    mut resp: Response<Incoming>,
-    sender: Sender,
+    head: h1::Head,
+    conn: Conn,
     flight: InFlight,
     insert_cookie: Option<&Sticky>,
     secure: bool,
@@ -686,25 +684,24 @@ fn respond(
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Response<ProxyBody> {
     let backend = flight.backend().clone();
-    backend.stats.response(resp.status().as_u16());
-    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-    let mut sender = Some(sender);
+    backend.stats.response(head.parts.status.as_u16());
+    let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    let mut body = UpBody::new(conn, &head);
     if switching {
-        if let Some(client) = client_upgrade {
-            let server = hyper::upgrade::on(&mut resp);
+        // The backend connection now belongs to the tunnel, not the pool.
+        let up = body.take_conn();
+        if let (Some(client), Some(up)) = (client_upgrade, up) {
             tokio::spawn(tunnel::run(
                 client,
-                server,
+                up.into_upgraded(),
                 backend.clone(),
                 settings.timeouts.tunnel,
                 ctx.stopping.clone(),
                 backend.pool.kill_token(),
             ));
         }
-        // The backend connection now belongs to the tunnel, not the pool.
-        sender = None;
     }
-    let (mut parts, body) = resp.into_parts();
+    let mut parts = head.parts;
     forward::prepare_response(&mut parts, switching);
     if let Some(sticky) = settings.sticky.as_ref() {
         sticky.strip_set_cookie(&mut parts.headers);
@@ -720,7 +717,7 @@ fn respond(
             }
         }
     }
-    Response::from_parts(parts, ProxyBody::upstream(body, sender, flight))
+    Response::from_parts(parts, ProxyBody::upstream(body, flight))
 }
 
 fn error_response(e: &ForwardError) -> Response<ProxyBody> {

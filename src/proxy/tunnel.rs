@@ -9,12 +9,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::io::{ActivityIo, Clock};
+use super::io::{ActivityIo, Clock, Counted};
 use crate::routing::Backend;
 
 /// Counts a tunnel on its backend until dropped.
@@ -26,11 +29,12 @@ impl Drop for Open {
     }
 }
 
-/// Wait for both upgrades, then copy bytes until either side closes, `idle` passes
-/// without traffic, or `stop` is cancelled.
+/// Wait for the client's upgrade, pass on what the backend sent after its `101`
+/// (`server.1`), then copy bytes until either side closes, `idle` passes without
+/// traffic, or `stop` is cancelled.
 pub async fn run(
     client: OnUpgrade,
-    server: OnUpgrade,
+    server: (Counted<TcpStream>, Bytes),
     backend: Arc<Backend>,
     idle: Duration,
     stop: CancellationToken,
@@ -38,14 +42,11 @@ pub async fn run(
 ) {
     backend.tunnels.fetch_add(1, Ordering::Relaxed);
     let _open = Open(backend.clone());
-    let (client, server) = match tokio::join!(client, server) {
-        (Ok(c), Ok(s)) => (c, s),
-        (c, s) => {
-            debug!(
-                client = c.is_ok(),
-                server = s.is_ok(),
-                "upgrade did not complete"
-            );
+    let (mut server, early) = server;
+    let client = match client.await {
+        Ok(c) => c,
+        Err(e) => {
+            debug!(error = %e, "client upgrade did not complete");
             return;
         }
     };
@@ -53,7 +54,12 @@ pub async fn run(
     let last = Arc::new(AtomicU64::new(0));
     // Both directions pass through the client side: watching it sees all traffic.
     let mut client = ActivityIo::new(TokioIo::new(client), clock, last.clone());
-    let mut server = TokioIo::new(server);
+    if !early.is_empty() {
+        if let Err(e) = client.write_all(&early).await {
+            debug!(error = %e, "tunnel closed before it started");
+            return;
+        }
+    }
     let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
     tokio::pin!(copy);
     let watchdog = tokio::time::sleep(idle);

@@ -1,35 +1,45 @@
-//! Connections to backends: one pool per backend.
+//! Connections to backends: one pool per backend, and the HTTP/1.1 exchange on them.
 //!
-//! Owns connecting (with `timeouts.connect`), the HTTP/1.1 handshake, and a lock-free
-//! queue of idle keep-alive connections per backend. Why not hyper-util's pooled client:
-//! it keys one shared pool by host with no way to close one backend's idle connections
-//! (drain needs that), and it merges "could not connect" with "sent and failed", while a
-//! balancer must know whether a request left the building before it retries it
-//! elsewhere. Here, [`Pool::checkout_idle`] and [`Pool::connect`] are separate steps and
-//! hyper's `try_send_request` hands back a request that was never written.
+//! Owns connecting (with `timeouts.connect`), a lock-free queue of idle keep-alive
+//! connections per backend, and sending a request and reading its response over a
+//! [`Conn`] with the wire format of [`super::h1`]. The exchange runs in the task of the
+//! client's request: no task per backend connection, no channel between the request and
+//! the socket (hyper's client connection would add both to every request). A pooled
+//! connection is owned by nobody while idle; that the backend closed it is seen when it
+//! is taken again, from the readiness the runtime already recorded (no system call for a
+//! healthy one), or by the background sweep.
 //!
-//! A connection returns to the pool only when its response body was read to the end
-//! (see `UpstreamBody` in the proxy): a half-read response leaves the connection unusable,
-//! so it is dropped and closed instead.
+//! Why not hyper-util's pooled client: it keys one shared pool by host with no way to
+//! close one backend's idle connections (drain needs that), and it merges "could not
+//! connect" with "sent and failed", while a balancer must know whether a request left
+//! the building before it retries it elsewhere: [`send`] hands back a request of which
+//! no byte was written.
+//!
+//! A connection returns to the pool only when its response body was read to the end and
+//! the response allows another request (see [`UpBody`]); anything else closes it.
+//! [`Pool::force_close`] (the drain deadline) cuts busy connections too: each one has a
+//! [`ConnCell`] whose waker is set whenever its owner waits on the socket.
 
 use std::fmt;
+use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Weak};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use crossbeam_queue::ArrayQueue;
+use atomic_waker::AtomicWaker;
+use bytes::{Bytes, BytesMut};
+use crossbeam_queue::{ArrayQueue, SegQueue};
+use http::Request;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
-use tracing::debug;
 
-use super::io::Counted;
+use super::h1::{self, BodyLen, Head, ReqFraming};
+use super::io::{coarse_ms, Counted};
 use crate::gear::Addr;
 use crate::stats::Traffic;
 
@@ -95,9 +105,6 @@ impl Body for ReqBody {
     }
 }
 
-/// A connection to a backend, ready to carry one request.
-pub type Sender = SendRequest<ReqBody>;
-
 /// Why a new connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -105,13 +112,391 @@ pub enum ConnectError {
     Timeout(Duration),
     #[error("connect failed: {0}")]
     Io(#[from] std::io::Error),
-    #[error("HTTP handshake failed: {0}")]
-    Handshake(#[from] hyper::Error),
+}
+
+/// Why an exchange with a backend failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("connection to the backend failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("the backend closed the connection before the response was complete")]
+    Closed,
+    #[error(transparent)]
+    Parse(#[from] h1::ParseError),
+    /// The client's request body failed (malformed chunked framing, or the client went
+    /// away mid-upload): the client's fault, never the backend's.
+    #[error("request body from the client failed: {0}")]
+    ClientBody(hyper::Error),
+    #[error("request body longer or shorter than its Content-Length")]
+    BodyLength,
+}
+
+/// A failed [`send`].
+#[derive(Debug)]
+pub enum SendFailure {
+    /// Not one byte was written: the request is handed back, untouched.
+    NotSent(Box<Outgoing>, SendError),
+    /// It was (at least partly) sent.
+    Sent(SendError),
+}
+
+/// Read buffer sizes: start small (most responses are), grow while reads fill it.
+const READ_MIN: usize = 8 * 1024;
+const READ_MAX: usize = 128 * 1024;
+
+/// What [`Pool::force_close`] needs of a connection, wherever it is: a flag, and the
+/// waker of whoever waits on its socket.
+#[derive(Default)]
+struct ConnCell {
+    killed: AtomicBool,
+    waker: AtomicWaker,
+}
+
+/// Decrements the pool's count of open connections when the connection is gone.
+struct OpenGuard(Arc<AtomicU64>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One connection to a backend, with the bytes read from it and not consumed yet.
+pub struct Conn {
+    io: Counted<TcpStream>,
+    buf: BytesMut,
+    read_size: usize,
+    cell: Arc<ConnCell>,
+    _open: OpenGuard,
+}
+
+fn cut() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "backend connection cut (drain deadline)",
+    )
+}
+
+impl Conn {
+    fn killed(&self) -> bool {
+        self.cell.killed.load(Ordering::Acquire)
+    }
+
+    /// Wait for the socket on behalf of the task in `cx`; a cut wakes it.
+    fn pending<T>(&self, cx: &Context<'_>) -> Poll<io::Result<T>> {
+        self.cell.waker.register(cx.waker());
+        if self.killed() {
+            return Poll::Ready(Err(cut()));
+        }
+        Poll::Pending
+    }
+
+    /// Read more bytes into the buffer; `Ok(0)` at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.killed() {
+            return Poll::Ready(Err(cut()));
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < self.read_size / 2 {
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf) {
+            Poll::Pending => self.pending(cx),
+            Poll::Ready(Ok(n)) => {
+                if n == spare && self.read_size < READ_MAX {
+                    self.read_size *= 2;
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// Write `data[*at..]`, advancing `at`.
+    fn poll_write_all(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+        at: &mut usize,
+    ) -> Poll<io::Result<()>> {
+        while *at < data.len() {
+            if self.killed() {
+                return Poll::Ready(Err(cut()));
+            }
+            match Pin::new(&mut self.io).poll_write(cx, &data[*at..]) {
+                Poll::Pending => return self.pending(cx),
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => *at += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut at = 0;
+        poll_fn(|cx| self.poll_write_all(cx, data, &mut at)).await
+    }
+
+    /// Still usable after sitting idle: nothing unread, not closed nor failed. Only
+    /// when the runtime saw the socket become readable does this cost a system call.
+    fn idle_ok(&mut self) -> bool {
+        if !self.buf.is_empty() || self.killed() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        matches!(self.io.get_ref().try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// The socket, and the bytes already read from it, for a tunnel after `101`.
+    pub fn into_upgraded(self) -> (Counted<TcpStream>, Bytes) {
+        (self.io, self.buf.freeze())
+    }
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn")
+            .field("buffered", &self.buf.len())
+            .field("killed", &self.killed())
+            .finish()
+    }
+}
+
+/// A request ready for the wire. The head is encoded once (see [`h1`]) and is the same
+/// whichever backend gets it, so that a retry sends the very same bytes.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub head: Bytes,
+    /// The request's method: a response to `HEAD` has no body.
+    pub method: http::Method,
+    pub framing: ReqFraming,
+    pub body: ReqBody,
+}
+
+/// Send `req` on `conn` and read the response head (informational responses other
+/// than `101` are skipped). The body, if any, is then read with [`UpBody`].
+pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
+    // The head: when not one byte of it could be written, the request goes back.
+    let mut at = 0;
+    let written = poll_fn(|cx| conn.poll_write_all(cx, &req.head, &mut at)).await;
+    if let Err(e) = written {
+        if at == 0 {
+            return Err(SendFailure::NotSent(Box::new(req), SendError::Io(e)));
+        }
+        return Err(SendFailure::Sent(SendError::Io(e)));
+    }
+    let Outgoing {
+        method,
+        framing,
+        mut body,
+        ..
+    } = req;
+    if framing != ReqFraming::Empty {
+        send_body(conn, &mut body, framing)
+            .await
+            .map_err(SendFailure::Sent)?;
+    }
+    drop(body);
+
+    loop {
+        if !conn.buf.is_empty() {
+            match h1::parse_response(&mut conn.buf, &method) {
+                Ok(Some(h))
+                    if h.parts.status.is_informational()
+                        && h.parts.status != http::StatusCode::SWITCHING_PROTOCOLS =>
+                {
+                    continue
+                }
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                Err(e) => return Err(SendFailure::Sent(e.into())),
+            }
+        }
+        match poll_fn(|cx| conn.poll_fill(cx)).await {
+            Ok(0) => return Err(SendFailure::Sent(SendError::Closed)),
+            Ok(_) => {}
+            Err(e) => return Err(SendFailure::Sent(e.into())),
+        }
+    }
+}
+
+/// `req` made ready for the wire (tests, and callers without a retry to prepare).
+pub fn outgoing(req: Request<ReqBody>) -> Outgoing {
+    let (mut parts, body) = req.into_parts();
+    let framing = h1::request_framing(
+        &mut parts.headers,
+        body.is_end_stream(),
+        body.size_hint().exact(),
+    );
+    let mut head = BytesMut::new();
+    h1::encode_request_head(&parts, framing, &mut head);
+    Outgoing {
+        head: head.freeze(),
+        method: parts.method,
+        framing,
+        body,
+    }
+}
+
+/// Stream the client's body to the backend with the framing of its head.
+async fn send_body(
+    conn: &mut Conn,
+    body: &mut ReqBody,
+    framing: ReqFraming,
+) -> Result<(), SendError> {
+    let mut sent: u64 = 0;
+    let mut out = BytesMut::new();
+    loop {
+        let frame = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+        let data = match frame {
+            None => break,
+            Some(Err(e)) => return Err(SendError::ClientBody(e)),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => d,
+                Err(_) => continue, // trailers are not forwarded
+            },
+        };
+        sent += data.len() as u64;
+        match framing {
+            ReqFraming::Length(n) => {
+                if sent > n {
+                    return Err(SendError::BodyLength);
+                }
+                conn.write_all(&data).await?;
+            }
+            ReqFraming::Chunked => {
+                out.clear();
+                h1::encode_chunk(&data, &mut out);
+                conn.write_all(&out).await?;
+            }
+            ReqFraming::Empty => {}
+        }
+    }
+    match framing {
+        ReqFraming::Length(n) if sent != n => Err(SendError::BodyLength),
+        ReqFraming::Chunked => Ok(conn.write_all(h1::LAST_CHUNK).await?),
+        _ => Ok(()),
+    }
+}
+
+/// How much of a response body is left.
+#[derive(Debug)]
+enum Left {
+    Length(u64),
+    Chunked(h1::Chunked),
+    Close,
+    Done,
+}
+
+/// A backend's response body, read from its connection as the client takes it. Once
+/// it is read to the end, [`UpBody::take_reusable`] gives the connection back for the
+/// pool.
+#[derive(Debug)]
+pub struct UpBody {
+    conn: Option<Conn>,
+    left: Left,
+    keep_alive: bool,
+}
+
+impl UpBody {
+    pub fn new(conn: Conn, head: &Head) -> Self {
+        let left = match head.body {
+            BodyLen::Empty => Left::Done,
+            BodyLen::Length(n) => Left::Length(n),
+            BodyLen::Chunked => Left::Chunked(h1::Chunked::default()),
+            BodyLen::Close => Left::Close,
+        };
+        UpBody {
+            conn: Some(conn),
+            left,
+            keep_alive: head.keep_alive,
+        }
+    }
+
+    /// The whole body was read.
+    pub fn is_done(&self) -> bool {
+        matches!(self.left, Left::Done)
+    }
+
+    /// The connection, when the body was read to its end and the connection may carry
+    /// another request.
+    pub fn take_reusable(&mut self) -> Option<Conn> {
+        if self.is_done() && self.keep_alive {
+            self.conn.take().filter(|c| c.buf.is_empty())
+        } else {
+            None
+        }
+    }
+
+    /// The connection whatever its state (a `101` response hands it to a tunnel).
+    pub fn take_conn(&mut self) -> Option<Conn> {
+        self.left = Left::Done;
+        self.keep_alive = false;
+        self.conn.take()
+    }
+
+    pub fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, SendError>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            match &mut self.left {
+                Left::Done => return Poll::Ready(None),
+                Left::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = (conn.buf.len() as u64).min(*left) as usize;
+                        *left -= n as u64;
+                        let data = conn.buf.split_to(n).freeze();
+                        if *left == 0 {
+                            self.left = Left::Done;
+                        }
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Left::Chunked(c) => match c.decode(&mut conn.buf) {
+                    Ok(h1::Step::Data(d)) => return Poll::Ready(Some(Ok(d))),
+                    Ok(h1::Step::End) => {
+                        self.left = Left::Done;
+                        return Poll::Ready(None);
+                    }
+                    Ok(h1::Step::More) => {}
+                    Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                },
+                Left::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+            }
+            match ready!(conn.poll_fill(cx)) {
+                Ok(0) if matches!(self.left, Left::Close) => {
+                    self.left = Left::Done;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return Poll::Ready(Some(Err(SendError::Closed))),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e.into()))),
+            }
+        }
+    }
+
+    pub fn size_hint(&self) -> SizeHint {
+        match &self.left {
+            Left::Done => SizeHint::with_exact(0),
+            Left::Length(n) => SizeHint::with_exact(*n),
+            _ => SizeHint::default(),
+        }
+    }
 }
 
 struct Idle {
-    sender: Sender,
-    since: Instant,
+    conn: Conn,
+    /// When it was pooled, on the coarse clock (ms): cheaper to read than `Instant`,
+    /// and idle ages are kept to seconds.
+    since_ms: u64,
 }
 
 /// A TCP connection to a backend address (an IP address, or a name resolved now).
@@ -123,9 +508,10 @@ pub async fn dial(addr: &Addr) -> std::io::Result<TcpStream> {
 }
 
 impl Idle {
-    /// Closed by the backend, or pooled longer than `max_age`: to be dropped.
-    fn is_stale(&self, max_age: Duration) -> bool {
-        self.sender.is_closed() || self.since.elapsed() > max_age
+    /// Closed by the backend, cut, or pooled longer than `max_age`: to be dropped.
+    fn is_stale(&mut self, max_age: Duration) -> bool {
+        coarse_ms().saturating_sub(self.since_ms) > max_age.as_millis() as u64
+            || !self.conn.idle_ok()
     }
 }
 
@@ -134,10 +520,13 @@ pub struct Pool {
     /// `None` when pooling is off (`limits.max_idle_per_backend = 0`).
     idle: Option<ArrayQueue<Idle>>,
     closed: AtomicBool,
-    /// Cancelled to cut every connection of this pool, busy ones included (drain
-    /// deadline); replaced by a fresh token when the pool is reopened.
+    /// Cancelled when the pool's connections are cut: tunnels watch it. Replaced by a
+    /// fresh token when the pool is reopened.
     kill: arc_swap::ArcSwap<tokio_util::sync::CancellationToken>,
-    /// Connections currently open (idle or busy), shared with their driver tasks.
+    /// Every connection made (dead ones are pruned as new ones are added), so that
+    /// [`Pool::force_close`] can reach busy ones.
+    cells: SegQueue<Weak<ConnCell>>,
+    /// Connections currently open (idle or busy).
     open: Arc<AtomicU64>,
     max_idle: usize,
     /// Bytes written to and read from this pool's connections.
@@ -160,6 +549,7 @@ impl Pool {
             idle: (max_idle > 0).then(|| ArrayQueue::new(max_idle)),
             closed: AtomicBool::new(false),
             kill: arc_swap::ArcSwap::from_pointee(tokio_util::sync::CancellationToken::new()),
+            cells: SegQueue::new(),
             open: Arc::new(AtomicU64::new(0)),
             max_idle,
             traffic: Arc::default(),
@@ -197,10 +587,17 @@ impl Pool {
     }
 
     /// Cut every connection of the pool now, in flight or idle (their requests fail),
-    /// and stop pooling. Returns the token tunnels of this backend watch too.
+    /// and stop pooling. Tunnels of this backend stop too.
     pub fn force_close(&self) {
         self.close();
         self.kill.load().cancel();
+        for _ in 0..self.cells.len() {
+            let Some(cell) = self.cells.pop() else { break };
+            if let Some(cell) = cell.upgrade() {
+                cell.killed.store(true, Ordering::Release);
+                cell.waker.wake();
+            }
+        }
     }
 
     /// Pool again after a close (rotate-in).
@@ -212,44 +609,34 @@ impl Pool {
         self.closed.store(false, Ordering::Release);
     }
 
-    /// Cancelled when the pool's connections are cut (tunnels stop on it too).
+    /// Cancelled when the pool's connections are cut (tunnels stop on it).
     pub fn kill_token(&self) -> tokio_util::sync::CancellationToken {
         (**self.kill.load()).clone()
     }
 
     /// An idle connection ready for a request, if one is pooled and fresher than
     /// `max_age`. Stale and closed connections met on the way are dropped.
-    pub fn checkout_idle(&self, max_age: Duration) -> Option<Sender> {
+    pub fn checkout_idle(&self, max_age: Duration) -> Option<Conn> {
         let q = self.idle.as_ref()?;
-        let mut busy = Vec::new();
-        let mut found = None;
         // Bounded: at most what the queue held when we started.
         for _ in 0..q.len() {
-            let Some(idle) = q.pop() else { break };
-            if idle.is_stale(max_age) {
-                continue; // dropped: closes the connection
+            let mut idle = q.pop()?;
+            if !idle.is_stale(max_age) {
+                return Some(idle.conn);
             }
-            if idle.sender.is_ready() {
-                found = Some(idle.sender);
-                break;
-            }
-            // Returned a moment ago and its driver has not caught up yet: keep it.
-            busy.push(idle);
+            // dropped: closes the connection
         }
-        for idle in busy {
-            let _ = q.push(idle);
-        }
-        found
+        None
     }
 
     /// Close idle connections older than `max_age` (and closed ones): the background
-    /// sweep, so that a quiet balancer keeps no stale sockets and buffers (checkouts skip
-    /// stale connections too, but only when there is traffic). Each idle connection is
-    /// looked at once; fresh ones go back in the queue.
+    /// sweep, so that a quiet balancer keeps no stale sockets (checkouts skip stale
+    /// connections too, but only when there is traffic). Each idle connection is looked
+    /// at once; fresh ones go back in the queue.
     pub fn sweep(&self, max_age: Duration) {
         let Some(q) = &self.idle else { return };
         for _ in 0..q.len() {
-            let Some(idle) = q.pop() else { break };
+            let Some(mut idle) = q.pop() else { break };
             if idle.is_stale(max_age) {
                 continue; // dropped: closes the connection
             }
@@ -258,15 +645,18 @@ impl Pool {
     }
 
     /// Return a connection whose response was read in full.
-    pub fn checkin(&self, sender: Sender) {
-        if self.is_closed() || sender.is_closed() {
+    pub fn checkin(&self, mut conn: Conn) {
+        if self.is_closed() || conn.killed() || !conn.buf.is_empty() {
             return;
         }
+        // An idle connection holds no buffer (the next response gets a fresh one).
+        conn.buf = BytesMut::new();
+        conn.read_size = READ_MIN;
         if let Some(q) = &self.idle {
             // Full queue: the connection is dropped and closed.
             let _ = q.push(Idle {
-                sender,
-                since: Instant::now(),
+                conn,
+                since_ms: coarse_ms(),
             });
         }
         // A close() racing with this push could leave one connection pooled; it is
@@ -280,38 +670,28 @@ impl Pool {
     }
 
     /// Open a new connection to `addr`.
-    pub async fn connect(&self, addr: &Addr, timeout: Duration) -> Result<Sender, ConnectError> {
+    pub async fn connect(&self, addr: &Addr, timeout: Duration) -> Result<Conn, ConnectError> {
         let stream = tokio::time::timeout(timeout, dial(addr))
             .await
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
-        let (sender, conn) = http1::Builder::new()
-            .writev(false)
-            .handshake::<_, ReqBody>(TokioIo::new(Counted::new(stream, self.traffic.clone())))
-            .await?;
-        let open = self.open.clone();
-        open.fetch_add(1, Ordering::Relaxed);
-        let kill = self.kill_token();
-        // The connection's task is polled on every request; a cancellation future polled
-        // with it would take the token's lock each time. A second task, woken only when
-        // the connection ends or the pool is cut, watches the token and aborts it.
-        let driver = tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                debug!(error = %e, "backend connection ended with an error");
+        self.open.fetch_add(1, Ordering::Relaxed);
+        let cell = Arc::new(ConnCell::default());
+        // Keep the list to about the live connections: look at one older entry per
+        // new one and keep it only if its connection lives.
+        if let Some(old) = self.cells.pop() {
+            if old.strong_count() > 0 {
+                self.cells.push(old);
             }
-        });
-        let abort = driver.abort_handle();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = driver => {}
-                _ = kill.cancelled() => {
-                    abort.abort();
-                    debug!("backend connection cut (drain deadline)");
-                }
-            }
-            open.fetch_sub(1, Ordering::Relaxed);
-        });
-        Ok(sender)
+        }
+        self.cells.push(Arc::downgrade(&cell));
+        Ok(Conn {
+            io: Counted::new(stream, self.traffic.clone()),
+            buf: BytesMut::new(),
+            read_size: READ_MIN,
+            cell,
+            _open: OpenGuard(self.open.clone()),
+        })
     }
 }
 
@@ -348,42 +728,38 @@ mod tests {
         (addr, accepted)
     }
 
-    async fn get(sender: &mut Sender) -> hyper::Response<Incoming> {
+    /// GET / on `conn`, the body read in full; the connection if it may be reused.
+    async fn get(mut conn: Conn) -> (Bytes, Option<Conn>) {
         let req = hyper::Request::get("/")
             .header("host", "x")
             .body(ReqBody::Empty)
             .unwrap();
-        sender
-            .try_send_request(req)
-            .await
-            .map_err(|e| e.into_error())
-            .unwrap()
+        let head = send(&mut conn, outgoing(req)).await.unwrap();
+        let mut body = UpBody::new(conn, &head);
+        let mut got = BytesMut::new();
+        while let Some(d) = poll_fn(|cx| body.poll_data(cx)).await {
+            got.extend_from_slice(&d.unwrap());
+        }
+        (got.freeze(), body.take_reusable())
     }
 
     #[tokio::test]
     async fn connections_are_reused_after_a_full_response() {
         let (addr, accepted) = backend().await;
         let pool = Pool::new(4);
-        let mut s = pool
+        let s = pool
             .connect(&addr.into(), Duration::from_secs(1))
             .await
             .unwrap();
-        let resp = get(&mut s).await;
-        http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap();
-        pool.checkin(s);
-        // Give the connection driver a moment to mark the connection ready.
-        let mut again = None;
-        for _ in 0..100 {
-            again = pool.checkout_idle(Duration::from_secs(10));
-            if again.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let mut s = again.expect("pooled connection");
-        get(&mut s).await;
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"ok");
+        pool.checkin(s.expect("reusable"));
+        let s = pool
+            .checkout_idle(Duration::from_secs(10))
+            .expect("pooled connection");
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"ok");
+        assert!(s.is_some());
         assert_eq!(accepted.load(Ordering::Relaxed), 1);
         assert_eq!(pool.open_connections(), 1);
     }
@@ -392,15 +768,12 @@ mod tests {
     async fn close_drops_idle_connections_and_refuses_checkins() {
         let (addr, _) = backend().await;
         let pool = Pool::new(4);
-        let mut s = pool
+        let s = pool
             .connect(&addr.into(), Duration::from_secs(1))
             .await
             .unwrap();
-        let resp = get(&mut s).await;
-        http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .unwrap();
-        pool.checkin(s);
+        let (_, s) = get(s).await;
+        pool.checkin(s.unwrap());
         assert_eq!(pool.idle_connections(), 1);
         pool.close();
         assert_eq!(pool.idle_connections(), 0);
@@ -423,23 +796,93 @@ mod tests {
         assert_eq!(pool.idle_connections(), 0);
     }
 
-    #[tokio::test]
-    async fn force_close_cuts_busy_connections_and_reopen_pools_again() {
-        let (addr, _) = backend().await;
-        let pool = Pool::new(4);
-        let _busy = pool
-            .connect(&addr.into(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        assert_eq!(pool.open_connections(), 1);
-        pool.force_close();
-        for _ in 0..100 {
-            if pool.open_connections() == 0 {
-                break;
+    /// A backend that reads requests and never answers.
+    async fn silent_backend() -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// A backend that writes `raw` as the answer to the first request, then does what
+    /// `then` says: keep the connection open, or close it.
+    async fn scripted_backend(raw: &'static [u8], close_after: bool) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    if s.read(&mut buf).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let _ = s.write_all(raw).await;
+                    if close_after {
+                        return;
+                    }
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn wait_open(pool: &Pool, n: u64) {
+        for _ in 0..200 {
+            if pool.open_connections() == n {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(pool.open_connections(), 0, "a busy connection is cut too");
+        assert_eq!(pool.open_connections(), n);
+    }
+
+    #[tokio::test]
+    async fn force_close_cuts_busy_connections_and_reopen_pools_again() {
+        let silent = silent_backend().await;
+        let pool = Arc::new(Pool::new(4));
+        let mut busy = pool
+            .connect(&silent.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let waiting = tokio::spawn(async move {
+            let req = hyper::Request::get("/")
+                .header("host", "x")
+                .body(ReqBody::Empty)
+                .unwrap();
+            send(&mut busy, outgoing(req)).await.map(|_| ())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(pool.open_connections(), 1);
+        pool.force_close();
+        let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting request is woken")
+            .unwrap();
+        assert!(
+            matches!(r, Err(SendFailure::Sent(SendError::Io(ref e))) if e.kind() == io::ErrorKind::ConnectionAborted),
+            "{r:?}"
+        );
+        wait_open(&pool, 0).await;
+
+        let (addr, _) = backend().await;
         pool.reopen();
         assert!(!pool.is_closed());
         let s = pool
@@ -453,6 +896,111 @@ mod tests {
             1,
             "new connections survive the old kill"
         );
+        let s = pool.checkout_idle(Duration::from_secs(10)).unwrap();
+        let (got, _) = get(s).await;
+        assert_eq!(&got[..], b"ok");
+    }
+
+    #[tokio::test]
+    async fn a_pooled_connection_the_backend_closed_is_not_handed_out() {
+        let addr = scripted_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", true).await;
+        let pool = Pool::new(4);
+        let s = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"ok");
+        pool.checkin(s.expect("the response allowed reuse"));
+        // The backend's close reaches the runtime's readiness for the socket.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(pool.checkout_idle(Duration::from_secs(10)).is_none());
+        wait_open(&pool, 0).await;
+    }
+
+    #[tokio::test]
+    async fn chunked_close_delimited_and_closing_responses() {
+        let chunked = scripted_backend(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            false,
+        )
+        .await;
+        let pool = Pool::new(4);
+        let s = pool
+            .connect(&chunked.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"abcde");
+        assert!(
+            s.is_some(),
+            "a chunked body read to its end leaves the connection usable"
+        );
+
+        let eof = scripted_backend(b"HTTP/1.1 200 OK\r\n\r\nuntil the end", true).await;
+        let s = pool
+            .connect(&eof.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"until the end");
+        assert!(s.is_none(), "a body ended by the close ends the connection");
+
+        let closing = scripted_backend(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\nx",
+            false,
+        )
+        .await;
+        let s = pool
+            .connect(&closing.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"x", "100 Continue is skipped");
+        assert!(s.is_none(), "connection: close is honoured");
+
+        let short =
+            scripted_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc", true).await;
+        let mut s = pool
+            .connect(&short.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let req = hyper::Request::get("/")
+            .header("host", "x")
+            .body(ReqBody::Empty)
+            .unwrap();
+        let head = send(&mut s, outgoing(req)).await.unwrap();
+        let mut body = UpBody::new(s, &head);
+        let first = poll_fn(|cx| body.poll_data(cx)).await.unwrap().unwrap();
+        assert_eq!(&first[..], b"abc");
+        let cut = poll_fn(|cx| body.poll_data(cx)).await.unwrap();
+        assert!(matches!(cut, Err(SendError::Closed)), "{cut:?}");
+        assert!(body.take_reusable().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_upgrade_hands_over_the_socket_and_the_bytes_after_the_head() {
+        let addr = scripted_backend(
+            b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\nhello",
+            false,
+        )
+        .await;
+        let pool = Pool::new(4);
+        let mut s = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let req = hyper::Request::get("/")
+            .header("host", "x")
+            .header("connection", "upgrade")
+            .header("upgrade", "x")
+            .body(ReqBody::Empty)
+            .unwrap();
+        let head = send(&mut s, outgoing(req)).await.unwrap();
+        assert_eq!(head.parts.status, 101);
+        // The greeting may come in the same read as the head, or later.
+        let (_, early) = s.into_upgraded();
+        assert!(b"hello".starts_with(&early), "{early:?}");
     }
 
     #[tokio::test]
