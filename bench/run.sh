@@ -24,6 +24,9 @@
 #                  balance leastconn, cookie GEAR insert indirect nocache, httpchk), 18090
 #   haproxy-reuse  HAProxy 2.6, nbthread THREADS, keep-alive both sides, http-reuse always
 #                  (bench/configs/haproxy-reuse.cfg.in), port 18091
+#   haproxy-fwd    haproxy-reuse that also sets the forwarding headers gearlb sets
+#                  (X-Forwarded-For/-Proto/-Host/-Port, Forwarded): the same work per
+#                  request (bench/configs/haproxy-fwd.cfg.in), port 18092; not a default
 #   direct         straight to web1 (127.0.0.1:19001): the ceiling of this machine
 #
 # Scenarios (SCENARIOS, run in this order; targets alternate within each round):
@@ -84,6 +87,7 @@ GEARLB_PORT=18080
 GEARLB_STATUS_PORT=18081
 HAPROXY_CLOSE_PORT=18090
 HAPROXY_REUSE_PORT=18091
+HAPROXY_FWD_PORT=18092
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
@@ -454,6 +458,7 @@ haproxy_port() {
     case $1 in
     haproxy-close) echo "$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "$HAPROXY_REUSE_PORT" ;;
+    haproxy-fwd) echo "$HAPROXY_FWD_PORT" ;;
     esac
 }
 
@@ -550,6 +555,8 @@ start_haproxy-close() { start_haproxy_named haproxy-close; }
 stop_haproxy-close() { stop_haproxy_named haproxy-close; }
 start_haproxy-reuse() { start_haproxy_named haproxy-reuse; }
 stop_haproxy-reuse() { stop_haproxy_named haproxy-reuse; }
+start_haproxy-fwd() { start_haproxy_named haproxy-fwd; }
+stop_haproxy-fwd() { stop_haproxy_named haproxy-fwd; }
 
 start_direct() { :; } # the backends are already running
 stop_direct() { :; }
@@ -559,6 +566,7 @@ target_url() {
     gearlb) echo "http://127.0.0.1:$GEARLB_PORT" ;;
     haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "http://127.0.0.1:$HAPROXY_REUSE_PORT" ;;
+    haproxy-fwd) echo "http://127.0.0.1:$HAPROXY_FWD_PORT" ;;
     direct) echo "http://127.0.0.1:${BACKEND_PORTS[0]}" ;;
     *) die "unknown target '$1'" ;;
     esac
