@@ -147,6 +147,8 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     let mut r = httparse::Response::new(&mut slots);
     let status = r.parse(buf);
     let head_len = match status {
+        // However the bytes arrived, a head over the limit is refused.
+        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD => return Err(ParseError::TooLarge),
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return if buf.len() >= MAX_HEAD {
@@ -603,6 +605,12 @@ mod tests {
         );
         let big = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
         assert_eq!(parse(&big, Method::GET).unwrap_err(), ParseError::TooLarge);
+        // A complete head over the limit is refused too, even when it arrived whole.
+        let whole = format!("{big}\r\n\r\n");
+        assert_eq!(
+            parse(&whole, Method::GET).unwrap_err(),
+            ParseError::TooLarge
+        );
     }
 
     #[test]

@@ -1,0 +1,139 @@
+//! What a backend sends back: `proxy::h1::parse_response` (the response head and its
+//! framing) and the chunked body decoder, fed in pieces as reads would deliver them.
+//!
+//! Oracle: no panic; a head is found in pieces exactly when it is found in one piece,
+//! with the same status, framing and headers; a `Content-Length` is only ever a length
+//! every copy of the header agreed on, and is gone when `Transfer-Encoding` overrides
+//! it; the chunked decoder gives the same data and the same end whatever the read sizes,
+//! never more data bytes than it was given, and leaves the bytes after the body alone.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use bytes::BytesMut;
+use gearlb::proxy::h1::{self, BodyLen, Chunked, Step};
+use http::Method;
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    head: bool,
+    bytes: Vec<u8>,
+    /// Read sizes (each 1..=256), cycled.
+    steps: Vec<u8>,
+}
+
+/// Parse a head from `bytes` given `steps` bytes at a time: the head and the bytes left.
+fn head_in_steps(
+    bytes: &[u8],
+    steps: &[usize],
+    method: &Method,
+) -> (Result<Option<h1::Head>, h1::ParseError>, BytesMut) {
+    let mut buf = BytesMut::new();
+    let mut at = 0;
+    let mut i = 0;
+    loop {
+        let n = steps[i % steps.len()].min(bytes.len() - at);
+        buf.extend_from_slice(&bytes[at..at + n]);
+        at += n;
+        i += 1;
+        match h1::parse_response(&mut buf, method) {
+            Ok(None) if at < bytes.len() => continue,
+            r => {
+                // What was not read yet follows what is left in the buffer.
+                buf.extend_from_slice(&bytes[at..]);
+                return (r, buf);
+            }
+        }
+    }
+}
+
+/// Decode a chunked body from `bytes` given `steps` bytes at a time.
+fn chunked_in_steps(
+    bytes: &[u8],
+    steps: &[usize],
+) -> (Result<bool, h1::ParseError>, Vec<u8>, BytesMut) {
+    let mut c = Chunked::default();
+    let mut buf = BytesMut::new();
+    let mut data = Vec::new();
+    let mut at = 0;
+    let mut i = 0;
+    loop {
+        let n = steps[i % steps.len()].min(bytes.len() - at);
+        buf.extend_from_slice(&bytes[at..at + n]);
+        at += n;
+        i += 1;
+        loop {
+            match c.decode(&mut buf) {
+                Ok(Step::Data(d)) => {
+                    assert!(!d.is_empty(), "empty data frame");
+                    data.extend_from_slice(&d);
+                }
+                Ok(Step::More) => break,
+                Ok(Step::End) => {
+                    assert!(c.is_done());
+                    buf.extend_from_slice(&bytes[at..]);
+                    return (Ok(true), data, buf);
+                }
+                Err(e) => return (Err(e), data, buf),
+            }
+        }
+        if at == bytes.len() {
+            return (Ok(false), data, buf);
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let mut steps: Vec<usize> = input.steps.iter().map(|&s| s as usize + 1).collect();
+    if steps.is_empty() {
+        steps.push(usize::MAX);
+    }
+    if input.head {
+        for method in [Method::GET, Method::HEAD] {
+            let (whole, rest_whole) = head_in_steps(&input.bytes, &[usize::MAX], &method);
+            let (pieces, rest_pieces) = head_in_steps(&input.bytes, &steps, &method);
+            match (&whole, &pieces) {
+                (Ok(Some(a)), Ok(Some(b))) => {
+                    assert_eq!(a.parts.status, b.parts.status);
+                    assert_eq!(a.parts.headers, b.parts.headers);
+                    assert_eq!((a.body, a.keep_alive), (b.body, b.keep_alive));
+                    assert_eq!(rest_whole, rest_pieces, "the bytes after the head");
+                    let h = &a.parts.headers;
+                    if method == Method::HEAD || a.parts.status.is_informational() {
+                        assert_eq!(a.body, BodyLen::Empty);
+                    }
+                    if h.contains_key("transfer-encoding") {
+                        assert!(!h.contains_key("content-length"));
+                    }
+                    if let BodyLen::Length(n) = a.body {
+                        for v in h.get_all("content-length") {
+                            for part in v.as_bytes().split(|&b| b == b',') {
+                                let t = std::str::from_utf8(part).unwrap().trim();
+                                assert_eq!(t.parse::<u64>().unwrap(), n);
+                            }
+                        }
+                    }
+                }
+                (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
+                // A head complete in one piece is complete in pieces too, and an error
+                // is an error whichever way the bytes came.
+                (a, b) => panic!("whole: {a:?}, in pieces: {b:?}"),
+            }
+        }
+    } else {
+        let (whole, data_whole, rest_whole) = chunked_in_steps(&input.bytes, &[usize::MAX]);
+        let (pieces, data_pieces, rest_pieces) = chunked_in_steps(&input.bytes, &steps);
+        assert!(data_whole.len() <= input.bytes.len());
+        match (&whole, &pieces) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a, b, "ended");
+                assert_eq!(data_whole, data_pieces);
+                if *a {
+                    assert_eq!(rest_whole, rest_pieces, "the bytes after the body");
+                }
+            }
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("whole: {a:?}, in pieces: {b:?}"),
+        }
+    }
+});
