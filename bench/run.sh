@@ -24,9 +24,12 @@
 #                  balance leastconn, cookie GEAR insert indirect nocache, httpchk), 18090
 #   haproxy-reuse  HAProxy 2.6, nbthread THREADS, keep-alive both sides, http-reuse always
 #                  (bench/configs/haproxy-reuse.cfg.in), port 18091
-#   haproxy-fwd    haproxy-reuse that also sets the forwarding headers gearlb sets
-#                  (X-Forwarded-For/-Proto/-Host/-Port, Forwarded): the same work per
-#                  request (bench/configs/haproxy-fwd.cfg.in), port 18092; not a default
+#   haproxy-fwd    haproxy-reuse that also sets the forwarding headers gearlb sets by
+#                  default (X-Forwarded-For/-Proto): the same work per request
+#                  (bench/configs/haproxy-fwd.cfg.in), port 18092; not a default
+#   gearlb-allfwd  gearlb setting all five forwarding headers it can (also
+#                  X-Forwarded-Host/-Port, Forwarded; its default before 2026-11-22),
+#                  port 18080; not a default
 #   direct         straight to web1 (127.0.0.1:19001): the ceiling of this machine
 #
 # Scenarios (SCENARIOS, run in this order; targets alternate within each round):
@@ -393,6 +396,10 @@ write_gearlb_config() {
         echo "socket = \"$dir/control.sock\""
         echo "[state]"
         echo "dir = \"$dir/data\""
+        if [[ -n ${GEARLB_FORWARDED:-} ]]; then
+            echo "[proxy]"
+            echo "forwarded_headers = $GEARLB_FORWARDED"
+        fi
         if [[ $RUN_IDLE == 1 ]]; then
             # Idle keep-alive connections must outlive the measurement (default 10s).
             echo "[timeouts]"
@@ -410,6 +417,13 @@ write_gearlb_config() {
         done
     } >"$dir/gearlb.toml"
 }
+
+# start_gearlb-allfwd: gearlb with every forwarding header (see Targets above).
+start_gearlb-allfwd() {
+    GEARLB_FORWARDED='["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "forwarded"]' \
+        start_gearlb
+}
+stop_gearlb-allfwd() { stop_gearlb; }
 
 start_gearlb() {
     local dir=$TMP/gearlb
@@ -563,7 +577,7 @@ stop_direct() { :; }
 
 target_url() {
     case $1 in
-    gearlb) echo "http://127.0.0.1:$GEARLB_PORT" ;;
+    gearlb | gearlb-allfwd) echo "http://127.0.0.1:$GEARLB_PORT" ;;
     haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "http://127.0.0.1:$HAPROXY_REUSE_PORT" ;;
     haproxy-fwd) echo "http://127.0.0.1:$HAPROXY_FWD_PORT" ;;
@@ -575,7 +589,7 @@ target_url() {
 # target_pid NAME: the process whose memory is the target's.
 target_pid() {
     case $1 in
-    gearlb) echo "$GEARLB_PID" ;;
+    gearlb | gearlb-allfwd) echo "$GEARLB_PID" ;;
     haproxy-*) echo "$HAPROXY_PID" ;;
     *) echo "" ;;
     esac

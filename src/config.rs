@@ -155,11 +155,82 @@ pub struct ProxyConfig {
     /// proxy in front of the gear, instead of replacing them. Default true: in a gear the
     /// only client is the node's proxy.
     pub trust_forwarded: bool,
+    /// The forwarding headers the balancer sets on requests to the backends
+    /// (`forwarded_headers`). Default `X-Forwarded-For` and `X-Forwarded-Proto`.
+    pub forwarded_headers: ForwardedHeaders,
     /// Accept HTTP/2 cleartext (h2c prior knowledge) from clients. Default true.
     pub h2c: bool,
     /// Further backends tried when one cannot be reached (every request), or fails
     /// before answering an idempotent request without a body. Default 3.
     pub retries: u32,
+}
+
+/// Which forwarding headers gearlb sets: `[proxy] forwarded_headers`, a list of header
+/// names. The default sets the two only the balancer knows: the address it was connected
+/// from (`X-Forwarded-For`, appended to) and the scheme it was spoken to with
+/// (`X-Forwarded-Proto`). `X-Forwarded-Host` (a copy of `Host`, which is forwarded
+/// unchanged), `X-Forwarded-Port` (the gear's own listener port, not the public one) and
+/// RFC 7239 `Forwarded` are set only when listed. `[]` sets none, as the old cartridge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardedHeaders {
+    pub x_forwarded_for: bool,
+    pub x_forwarded_proto: bool,
+    pub x_forwarded_host: bool,
+    pub x_forwarded_port: bool,
+    pub forwarded: bool,
+}
+
+impl ForwardedHeaders {
+    /// The names `forwarded_headers` accepts, in the order the docs give them.
+    pub const NAMES: [&'static str; 5] = [
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-port",
+        "forwarded",
+    ];
+
+    /// None set.
+    pub const NONE: ForwardedHeaders = ForwardedHeaders {
+        x_forwarded_for: false,
+        x_forwarded_proto: false,
+        x_forwarded_host: false,
+        x_forwarded_port: false,
+        forwarded: false,
+    };
+
+    /// Every one of them.
+    pub const ALL: ForwardedHeaders = ForwardedHeaders {
+        x_forwarded_for: true,
+        x_forwarded_proto: true,
+        x_forwarded_host: true,
+        x_forwarded_port: true,
+        forwarded: true,
+    };
+
+    /// Adds the header `name` (any case) to the set; false if it is not one of [`NAMES`](Self::NAMES).
+    pub fn add(&mut self, name: &str) -> bool {
+        let flag = match name.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => &mut self.x_forwarded_for,
+            "x-forwarded-proto" => &mut self.x_forwarded_proto,
+            "x-forwarded-host" => &mut self.x_forwarded_host,
+            "x-forwarded-port" => &mut self.x_forwarded_port,
+            "forwarded" => &mut self.forwarded,
+            _ => return false,
+        };
+        *flag = true;
+        true
+    }
+}
+
+impl Default for ForwardedHeaders {
+    fn default() -> Self {
+        ForwardedHeaders {
+            x_forwarded_for: true,
+            x_forwarded_proto: true,
+            ..ForwardedHeaders::NONE
+        }
+    }
 }
 
 /// Logging (`[log]`); the format is chosen on the command line.
@@ -347,6 +418,7 @@ impl Default for Config {
             },
             proxy: ProxyConfig {
                 trust_forwarded: true,
+                forwarded_headers: ForwardedHeaders::default(),
                 h2c: true,
                 retries: 3,
             },
@@ -597,6 +669,8 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     let t = section("proxy", problems);
     let mut r = Reader::new(&t, "proxy", problems);
     cfg.proxy.trust_forwarded = r.bool("trust_forwarded", cfg.proxy.trust_forwarded);
+    cfg.proxy.forwarded_headers =
+        r.forwarded_headers("forwarded_headers", cfg.proxy.forwarded_headers);
     cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
     cfg.proxy.retries = r.uint("retries", cfg.proxy.retries as u64, 0, 16) as u32;
     r.finish();
@@ -1176,6 +1250,44 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A list of forwarding header names; any bad entry keeps the default, whole.
+    fn forwarded_headers(
+        &mut self,
+        key: &'static str,
+        default: ForwardedHeaders,
+    ) -> ForwardedHeaders {
+        let list = match self.get(key) {
+            None => return default,
+            Some(toml::Value::Array(list)) => list,
+            Some(other) => {
+                let t = other.type_str();
+                self.problem(key, format!("expected a list of header names, found {t}"));
+                return default;
+            }
+        };
+        let mut set = ForwardedHeaders::NONE;
+        let mut ok = true;
+        for v in list {
+            match v {
+                toml::Value::String(name) if set.add(name) => {}
+                other => {
+                    let what = match other {
+                        toml::Value::String(name) => format!("{name:?}"),
+                        v => format!("{} value", v.type_str()),
+                    };
+                    let names = ForwardedHeaders::NAMES.join(", ");
+                    self.problem(key, format!("{what} is not one of {names}"));
+                    ok = false;
+                }
+            }
+        }
+        if ok {
+            set
+        } else {
+            default
+        }
+    }
+
     fn bool(&mut self, key: &'static str, default: bool) -> bool {
         match self.get(key) {
             None => default,
@@ -1403,6 +1515,38 @@ mod tests {
         assert_eq!(err.0[0].path, "env OPENSHIFT_GEARLB_IP");
         let err = from_toml("", &env(&[("OPENSHIFT_GEARLB_PORT", "8080")])).unwrap_err();
         assert!(err.0[0].message.contains("together"));
+    }
+
+    #[test]
+    fn forwarded_headers_list() {
+        let d = from_toml("", &env(&[])).unwrap().proxy.forwarded_headers;
+        assert!(d.x_forwarded_for && d.x_forwarded_proto);
+        assert!(!d.x_forwarded_host && !d.x_forwarded_port && !d.forwarded);
+
+        let c = from_toml(
+            "[proxy]\nforwarded_headers = [\"Forwarded\", \"x-forwarded-port\"]\n",
+            &env(&[]),
+        )
+        .unwrap();
+        let f = c.proxy.forwarded_headers;
+        assert!(f.forwarded && f.x_forwarded_port);
+        assert!(!f.x_forwarded_for && !f.x_forwarded_proto && !f.x_forwarded_host);
+
+        let c = from_toml("[proxy]\nforwarded_headers = []\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.forwarded_headers, ForwardedHeaders::NONE);
+
+        let err = from_toml(
+            "[proxy]\nforwarded_headers = [\"x-forwarded-for\", \"x-real-ip\", 3]\n",
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0.len(), 2);
+        assert_eq!(err.0[0].path, "proxy.forwarded_headers");
+        assert!(err.0[0].message.contains("\"x-real-ip\" is not one of"));
+        assert!(err.0[1].message.contains("integer value is not one of"));
+
+        let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
+        assert!(err.0[0].message.contains("expected a list of header names"));
     }
 
     #[test]

@@ -14,9 +14,11 @@ use support::*;
 async fn forwarding_headers_host_and_path_exact() {
     let b = TestBackend::start("web1").await;
     let dir = workdir();
+    let every = "[proxy]\nforwarded_headers = [\"x-forwarded-for\", \"x-forwarded-proto\", \
+                 \"x-forwarded-host\", \"X-Forwarded-Port\", \"forwarded\"]\n";
     let lb = Gearlb::start(
         dir.path(),
-        &config_text(dir.path(), &[("web1", b.addr)], ""),
+        &config_text(dir.path(), &[("web1", b.addr)], every),
     );
 
     let got = get(
@@ -54,6 +56,36 @@ async fn forwarding_headers_host_and_path_exact() {
     assert_eq!(h["x-custom"][0], "Kept As Is");
     for gone in ["x-hop", "proxy-connection", "te"] {
         assert!(h.get(gone).is_none(), "{gone} was forwarded: {h}");
+    }
+}
+
+/// By default only `X-Forwarded-For` and `-Proto` are set: the gear's listener port is
+/// not the public one, and `Host` goes through unchanged. What the router in front set
+/// reaches the web gear as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_forwarding_headers_are_for_and_proto() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let got = get(
+        lb.proxy,
+        "/headers",
+        &[("host", "app.example.com"), ("x-forwarded-port", "443")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let seen = got.json();
+    let h = &seen["headers"];
+    assert_eq!(h["host"][0], "app.example.com");
+    assert_eq!(h["x-forwarded-for"][0], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert_eq!(h["x-forwarded-port"][0], "443");
+    for absent in ["x-forwarded-host", "forwarded"] {
+        assert!(h.get(absent).is_none(), "{absent} was set: {h}");
     }
 }
 

@@ -111,7 +111,10 @@ fn tls_config(dir: &Path, backend: SocketAddr, tls: &str) -> String {
     config_text(
         dir,
         &[("web1", backend)],
-        &format!("[tls]\n{tls}\n[proxy]\ntrust_forwarded = false\n"),
+        &format!(
+            "[tls]\n{tls}\n[proxy]\ntrust_forwarded = false\n\
+             forwarded_headers = [\"x-forwarded-for\", \"x-forwarded-proto\", \"forwarded\"]\n"
+        ),
     )
     .replacen(
         "status = \"127.0.0.1:0\"\n",

@@ -3,14 +3,16 @@
 //!
 //! Owns what the balancer changes in a message, and promises to change nothing else:
 //! the Host header and the path are forwarded exactly as received; hop-by-hop headers
-//! (RFC 9110 §7.6.1, plus any named in `Connection`) are removed both ways;
-//! `X-Forwarded-For` is appended to; `X-Forwarded-Proto/-Host/-Port` and RFC 7239
-//! `Forwarded` describe the client's request.
+//! (RFC 9110 §7.6.1, plus any named in `Connection`) are removed both ways; the
+//! forwarding headers chosen by `[proxy] forwarded_headers` are set (by default
+//! `X-Forwarded-For`, appended to, and `X-Forwarded-Proto`; also `X-Forwarded-Host/-Port`
+//! and RFC 7239 `Forwarded` when listed).
 //!
 //! Trust: with `trust_forwarded` (the default in a gear, whose only client is the node's
 //! proxy or the router), `X-Forwarded-Proto/-Host/-Port` already present are kept and
-//! `Forwarded` is appended to; without it they are replaced, so a client cannot claim to
-//! have come over HTTPS.
+//! `Forwarded` is appended to, whether gearlb sets them or not; without it the ones
+//! gearlb sets are replaced and the others removed, so a client cannot claim to have
+//! come over HTTPS.
 //!
 //! Cost: this runs for every request, so it allocates as little as it can. What is the
 //! same for every request of a connection (the client address as text, the listener's
@@ -23,6 +25,8 @@ use std::net::{IpAddr, SocketAddr};
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version};
+
+use crate::config::ForwardedHeaders;
 
 /// What the proxy knows about the client connection.
 #[derive(Clone, Debug)]
@@ -202,6 +206,7 @@ pub fn prepare_request(
     parts: &mut http::request::Parts,
     client: &ClientInfo,
     trust_forwarded: bool,
+    set: &ForwardedHeaders,
 ) {
     let upgrade = is_upgrade(&parts.headers)
         .then(|| parts.headers.get(header::UPGRADE).cloned())
@@ -238,30 +243,43 @@ pub fn prepare_request(
     parts.headers.remove(header::EXPECT);
 
     let h = &mut parts.headers;
-    let mut buf = BytesMut::new();
-    if h.contains_key(&X_FORWARDED_FOR) {
-        buf.reserve(64);
-        append_joined(&mut buf, h, &X_FORWARDED_FOR);
+    if set.x_forwarded_for {
+        let mut buf = BytesMut::new();
+        if h.contains_key(&X_FORWARDED_FOR) {
+            buf.reserve(64);
+            append_joined(&mut buf, h, &X_FORWARDED_FOR);
+        }
+        let xff = if buf.is_empty() {
+            client.ip.clone()
+        } else {
+            buf.put_slice(b", ");
+            buf.put_slice(client.ip.as_bytes());
+            value(buf)
+        };
+        h.insert(X_FORWARDED_FOR.clone(), xff);
     }
-    let xff = if buf.is_empty() {
-        client.ip.clone()
-    } else {
-        buf.put_slice(b", ");
-        buf.put_slice(client.ip.as_bytes());
-        value(buf)
-    };
-    h.insert(X_FORWARDED_FOR.clone(), xff);
 
-    // Shared with the request's own Host value: no copy.
-    let host = h.get(header::HOST).cloned();
+    // What the balancer does not set is kept from a trusted router, and removed from
+    // an untrusted client, which could otherwise claim to have come over HTTPS.
     let keep = |h: &HeaderMap, n: &HeaderName| trust_forwarded && h.contains_key(n);
-    if !keep(h, &X_FORWARDED_PROTO) {
+    let strip = |h: &mut HeaderMap, n: &HeaderName| {
+        if !trust_forwarded {
+            h.remove(n);
+        }
+    };
+    if !set.x_forwarded_proto {
+        strip(h, &X_FORWARDED_PROTO);
+    } else if !keep(h, &X_FORWARDED_PROTO) {
         h.insert(
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(client.scheme),
         );
     }
-    if !keep(h, &X_FORWARDED_HOST) {
+    // Shared with the request's own Host value: no copy.
+    let host = h.get(header::HOST).cloned();
+    if !set.x_forwarded_host {
+        strip(h, &X_FORWARDED_HOST);
+    } else if !keep(h, &X_FORWARDED_HOST) {
         match &host {
             Some(host) => {
                 h.insert(X_FORWARDED_HOST.clone(), host.clone());
@@ -271,10 +289,16 @@ pub fn prepare_request(
             }
         }
     }
-    if !keep(h, &X_FORWARDED_PORT) {
+    if !set.x_forwarded_port {
+        strip(h, &X_FORWARDED_PORT);
+    } else if !keep(h, &X_FORWARDED_PORT) {
         h.insert(X_FORWARDED_PORT.clone(), client.port.clone());
     }
 
+    if !set.forwarded {
+        strip(h, &header::FORWARDED);
+        return;
+    }
     let mut buf = BytesMut::with_capacity(96);
     if trust_forwarded && h.contains_key(header::FORWARDED) {
         append_joined(&mut buf, h, &header::FORWARDED);
@@ -427,7 +451,7 @@ mod tests {
         let mut p = req(http::Request::get("/a%2Fb/../c?x=1&y=%20")
             .header("host", "App-NS.Example.com:8000")
             .header("x-forwarded-for", "203.0.113.1"));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         assert_eq!(p.uri.to_string(), "/a%2Fb/../c?x=1&y=%20");
         assert_eq!(p.headers["host"], "App-NS.Example.com:8000");
         assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1, 192.0.2.7");
@@ -447,7 +471,7 @@ mod tests {
             .header("x-forwarded-proto", "https")
             .header("x-forwarded-port", "443")
             .header("forwarded", "for=203.0.113.1;proto=https"));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-proto"], "https");
         assert_eq!(p.headers["x-forwarded-port"], "443");
         assert_eq!(
@@ -462,9 +486,54 @@ mod tests {
             .header("host", "h")
             .header("x-forwarded-proto", "https")
             .header("forwarded", "for=evil"));
-        prepare_request(&mut p, &client(), false);
+        prepare_request(&mut p, &client(), false, &ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         assert_eq!(p.headers["forwarded"], "for=192.0.2.7;host=h;proto=http");
+    }
+
+    #[test]
+    fn default_set_is_for_and_proto_others_pass_through_when_trusted() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h:8000")
+            .header("x-forwarded-port", "443")
+            .header("forwarded", "for=203.0.113.1;proto=https"));
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::default());
+        assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(p.headers["x-forwarded-proto"], "http");
+        // Not set by gearlb: what the router sent goes on untouched, nothing is added.
+        assert!(!p.headers.contains_key("x-forwarded-host"));
+        assert_eq!(p.headers["x-forwarded-port"], "443");
+        assert_eq!(p.headers["forwarded"], "for=203.0.113.1;proto=https");
+    }
+
+    #[test]
+    fn headers_not_set_are_removed_from_untrusted_clients() {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("x-forwarded-for", "203.0.113.1")
+            .header("x-forwarded-proto", "https")
+            .header("x-forwarded-host", "evil")
+            .header("x-forwarded-port", "443")
+            .header("forwarded", "for=evil;proto=https"));
+        prepare_request(&mut p, &client(), false, &ForwardedHeaders::NONE);
+        for gone in [
+            "x-forwarded-proto",
+            "x-forwarded-host",
+            "x-forwarded-port",
+            "forwarded",
+        ] {
+            assert!(!p.headers.contains_key(gone), "{gone} should be removed");
+        }
+        // X-Forwarded-For is a chain anyone may start; not set means left as it came.
+        assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1");
+        assert_eq!(p.headers["host"], "h");
+
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("x-forwarded-proto", "https"));
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::NONE);
+        assert_eq!(p.headers["x-forwarded-proto"], "https");
+        assert!(!p.headers.contains_key("x-forwarded-for"));
     }
 
     #[test]
@@ -478,7 +547,7 @@ mod tests {
             .header("proxy-connection", "keep-alive")
             .header("expect", "100-continue")
             .header("x-end-to-end", "kept"));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         for gone in [
             "connection",
             "x-secret",
@@ -499,7 +568,7 @@ mod tests {
             .header("connection", "keep-alive, Upgrade")
             .header("upgrade", "websocket")
             .header("sec-websocket-key", "k"));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         assert_eq!(p.headers["connection"], "upgrade");
         assert_eq!(p.headers["upgrade"], "websocket");
         assert_eq!(p.headers["sec-websocket-key"], "k");
@@ -530,7 +599,7 @@ mod tests {
     #[test]
     fn absolute_form_and_h2_authority() {
         let mut p = req(http::Request::get("http://example.com:81/p?q").version(Version::HTTP_2));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         assert_eq!(p.uri.to_string(), "/p?q");
         assert_eq!(p.headers["host"], "example.com:81");
         assert_eq!(p.version, Version::HTTP_11);
@@ -540,7 +609,7 @@ mod tests {
     fn ipv6_client() {
         let c = ClientInfo::new("[2001:db8::1]:5555".parse().unwrap(), 8080, "http");
         let mut p = req(http::Request::get("/").header("host", "h"));
-        prepare_request(&mut p, &c, true);
+        prepare_request(&mut p, &c, true, &ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-for"], "2001:db8::1");
         assert!(p.headers["forwarded"]
             .to_str()
@@ -556,7 +625,7 @@ mod tests {
             .header("x-forwarded-for", "198.51.100.2")
             .header("forwarded", "for=a")
             .header("forwarded", "for=b"));
-        prepare_request(&mut p, &client(), true);
+        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
         assert_eq!(
             p.headers["x-forwarded-for"],
             "203.0.113.1, 198.51.100.2, 192.0.2.7"

@@ -65,6 +65,7 @@ use upstream::{Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
 pub struct Settings {
     pub timeouts: crate::config::Timeouts,
     pub trust_forwarded: bool,
+    pub forwarded_headers: crate::config::ForwardedHeaders,
     pub h2c: bool,
     pub max_header_size: usize,
     pub retries: u32,
@@ -102,6 +103,7 @@ impl Settings {
             h1,
             timeouts: c.timeouts.clone(),
             trust_forwarded: c.proxy.trust_forwarded,
+            forwarded_headers: c.proxy.forwarded_headers,
             h2c: c.proxy.h2c,
             max_header_size: c.limits.max_header_size,
             retries: c.proxy.retries,
@@ -501,7 +503,12 @@ async fn forward(
                 .headers
                 .get("x-forwarded-proto")
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https")));
-    forward::prepare_request(&mut parts, &conn.client, settings.trust_forwarded);
+    forward::prepare_request(
+        &mut parts,
+        &conn.client,
+        settings.trust_forwarded,
+        &settings.forwarded_headers,
+    );
 
     // Wall-clock time only matters to sealed cookies.
     let sealed = sticky.is_some_and(Sticky::is_sealed);
