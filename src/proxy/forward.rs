@@ -206,7 +206,7 @@ pub fn prepare_request(
     parts: &mut http::request::Parts,
     client: &ClientInfo,
     trust_forwarded: bool,
-    set: &ForwardedHeaders,
+    set: ForwardedHeaders,
 ) {
     let upgrade = is_upgrade(&parts.headers)
         .then(|| parts.headers.get(header::UPGRADE).cloned())
@@ -259,44 +259,33 @@ pub fn prepare_request(
         h.insert(X_FORWARDED_FOR.clone(), xff);
     }
 
-    // What the balancer does not set is kept from a trusted router, and removed from
-    // an untrusted client, which could otherwise claim to have come over HTTPS.
-    let keep = |h: &HeaderMap, n: &HeaderName| trust_forwarded && h.contains_key(n);
-    let strip = |h: &mut HeaderMap, n: &HeaderName| {
-        if !trust_forwarded {
-            h.remove(n);
-        }
-    };
-    if !set.x_forwarded_proto {
-        strip(h, &X_FORWARDED_PROTO);
-    } else if !keep(h, &X_FORWARDED_PROTO) {
-        h.insert(
-            X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(client.scheme),
-        );
-    }
+    own_header(
+        h,
+        &X_FORWARDED_PROTO,
+        set.x_forwarded_proto,
+        trust_forwarded,
+        |_| Some(HeaderValue::from_static(client.scheme)),
+    );
     // Shared with the request's own Host value: no copy.
-    let host = h.get(header::HOST).cloned();
-    if !set.x_forwarded_host {
-        strip(h, &X_FORWARDED_HOST);
-    } else if !keep(h, &X_FORWARDED_HOST) {
-        match &host {
-            Some(host) => {
-                h.insert(X_FORWARDED_HOST.clone(), host.clone());
-            }
-            None => {
-                h.remove(&X_FORWARDED_HOST);
-            }
-        }
-    }
-    if !set.x_forwarded_port {
-        strip(h, &X_FORWARDED_PORT);
-    } else if !keep(h, &X_FORWARDED_PORT) {
-        h.insert(X_FORWARDED_PORT.clone(), client.port.clone());
-    }
+    own_header(
+        h,
+        &X_FORWARDED_HOST,
+        set.x_forwarded_host,
+        trust_forwarded,
+        |h| h.get(header::HOST).cloned(),
+    );
+    own_header(
+        h,
+        &X_FORWARDED_PORT,
+        set.x_forwarded_port,
+        trust_forwarded,
+        |_| Some(client.port.clone()),
+    );
 
     if !set.forwarded {
-        strip(h, &header::FORWARDED);
+        if !trust_forwarded {
+            h.remove(header::FORWARDED);
+        }
         return;
     }
     let mut buf = BytesMut::with_capacity(96);
@@ -309,13 +298,37 @@ pub fn prepare_request(
     buf.put_slice(b"for=");
     buf.put_slice(&client.node);
     // A Host that is not text is left out of the element rather than mangled.
-    if let Some(host) = host.as_ref().and_then(|v| v.to_str().ok()) {
+    if let Some(host) = h.get(header::HOST).and_then(|v| v.to_str().ok()) {
         buf.put_slice(b";host=");
         put_forwarded_value(&mut buf, host);
     }
     buf.put_slice(b";proto=");
     buf.put_slice(client.scheme.as_bytes());
     h.insert(header::FORWARDED, value(buf));
+}
+
+/// One of `X-Forwarded-Proto/-Host/-Port`. What a trusted router sent is kept; else,
+/// when gearlb `sets` the header, it becomes `ours(headers)` (removed if that is `None`),
+/// and when it does not, an untrusted client's is removed, so that no client can claim
+/// to have come over HTTPS.
+fn own_header(
+    h: &mut HeaderMap,
+    name: &HeaderName,
+    sets: bool,
+    trust_forwarded: bool,
+    ours: impl FnOnce(&HeaderMap) -> Option<HeaderValue>,
+) {
+    if trust_forwarded && (!sets || h.contains_key(name)) {
+        return;
+    }
+    match sets.then(|| ours(h)).flatten() {
+        Some(v) => {
+            h.insert(name.clone(), v);
+        }
+        None => {
+            h.remove(name);
+        }
+    }
 }
 
 /// Rewrite a backend response head before it goes to the client. A `101 Switching
@@ -451,7 +464,7 @@ mod tests {
         let mut p = req(http::Request::get("/a%2Fb/../c?x=1&y=%20")
             .header("host", "App-NS.Example.com:8000")
             .header("x-forwarded-for", "203.0.113.1"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         assert_eq!(p.uri.to_string(), "/a%2Fb/../c?x=1&y=%20");
         assert_eq!(p.headers["host"], "App-NS.Example.com:8000");
         assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1, 192.0.2.7");
@@ -471,7 +484,7 @@ mod tests {
             .header("x-forwarded-proto", "https")
             .header("x-forwarded-port", "443")
             .header("forwarded", "for=203.0.113.1;proto=https"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-proto"], "https");
         assert_eq!(p.headers["x-forwarded-port"], "443");
         assert_eq!(
@@ -486,7 +499,7 @@ mod tests {
             .header("host", "h")
             .header("x-forwarded-proto", "https")
             .header("forwarded", "for=evil"));
-        prepare_request(&mut p, &client(), false, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), false, ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         assert_eq!(p.headers["forwarded"], "for=192.0.2.7;host=h;proto=http");
     }
@@ -497,7 +510,7 @@ mod tests {
             .header("host", "h:8000")
             .header("x-forwarded-port", "443")
             .header("forwarded", "for=203.0.113.1;proto=https"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::default());
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::default());
         assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         // Not set by gearlb: what the router sent goes on untouched, nothing is added.
@@ -515,7 +528,7 @@ mod tests {
             .header("x-forwarded-host", "evil")
             .header("x-forwarded-port", "443")
             .header("forwarded", "for=evil;proto=https"));
-        prepare_request(&mut p, &client(), false, &ForwardedHeaders::NONE);
+        prepare_request(&mut p, &client(), false, ForwardedHeaders::NONE);
         for gone in [
             "x-forwarded-proto",
             "x-forwarded-host",
@@ -531,7 +544,7 @@ mod tests {
         let mut p = req(http::Request::get("/")
             .header("host", "h")
             .header("x-forwarded-proto", "https"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::NONE);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
         assert_eq!(p.headers["x-forwarded-proto"], "https");
         assert!(!p.headers.contains_key("x-forwarded-for"));
     }
@@ -547,7 +560,7 @@ mod tests {
             .header("proxy-connection", "keep-alive")
             .header("expect", "100-continue")
             .header("x-end-to-end", "kept"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         for gone in [
             "connection",
             "x-secret",
@@ -568,7 +581,7 @@ mod tests {
             .header("connection", "keep-alive, Upgrade")
             .header("upgrade", "websocket")
             .header("sec-websocket-key", "k"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         assert_eq!(p.headers["connection"], "upgrade");
         assert_eq!(p.headers["upgrade"], "websocket");
         assert_eq!(p.headers["sec-websocket-key"], "k");
@@ -599,7 +612,7 @@ mod tests {
     #[test]
     fn absolute_form_and_h2_authority() {
         let mut p = req(http::Request::get("http://example.com:81/p?q").version(Version::HTTP_2));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         assert_eq!(p.uri.to_string(), "/p?q");
         assert_eq!(p.headers["host"], "example.com:81");
         assert_eq!(p.version, Version::HTTP_11);
@@ -609,7 +622,7 @@ mod tests {
     fn ipv6_client() {
         let c = ClientInfo::new("[2001:db8::1]:5555".parse().unwrap(), 8080, "http");
         let mut p = req(http::Request::get("/").header("host", "h"));
-        prepare_request(&mut p, &c, true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &c, true, ForwardedHeaders::ALL);
         assert_eq!(p.headers["x-forwarded-for"], "2001:db8::1");
         assert!(p.headers["forwarded"]
             .to_str()
@@ -625,7 +638,7 @@ mod tests {
             .header("x-forwarded-for", "198.51.100.2")
             .header("forwarded", "for=a")
             .header("forwarded", "for=b"));
-        prepare_request(&mut p, &client(), true, &ForwardedHeaders::ALL);
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::ALL);
         assert_eq!(
             p.headers["x-forwarded-for"],
             "203.0.113.1, 198.51.100.2, 192.0.2.7"

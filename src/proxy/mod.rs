@@ -507,7 +507,7 @@ async fn forward(
         &mut parts,
         &conn.client,
         settings.trust_forwarded,
-        &settings.forwarded_headers,
+        settings.forwarded_headers,
     );
 
     // Wall-clock time only matters to sealed cookies.
