@@ -22,27 +22,58 @@ struct Input {
     steps: Vec<u8>,
 }
 
+/// `bytes` delivered into a buffer `steps` bytes at a time, as reads would.
+struct Reads<'a> {
+    bytes: &'a [u8],
+    steps: &'a [usize],
+    at: usize,
+    i: usize,
+    buf: BytesMut,
+}
+
+impl<'a> Reads<'a> {
+    fn new(bytes: &'a [u8], steps: &'a [usize]) -> Self {
+        Reads {
+            bytes,
+            steps,
+            at: 0,
+            i: 0,
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// Append the next read to the buffer.
+    fn read(&mut self) {
+        let n = self.steps[self.i % self.steps.len()].min(self.bytes.len() - self.at);
+        self.buf
+            .extend_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        self.i += 1;
+    }
+
+    fn all_read(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    /// The buffer followed by what was not read yet.
+    fn rest(mut self) -> BytesMut {
+        self.buf.extend_from_slice(&self.bytes[self.at..]);
+        self.buf
+    }
+}
+
 /// Parse a head from `bytes` given `steps` bytes at a time: the head and the bytes left.
 fn head_in_steps(
     bytes: &[u8],
     steps: &[usize],
     method: &Method,
 ) -> (Result<Option<h1::Head>, h1::ParseError>, BytesMut) {
-    let mut buf = BytesMut::new();
-    let mut at = 0;
-    let mut i = 0;
+    let mut r = Reads::new(bytes, steps);
     loop {
-        let n = steps[i % steps.len()].min(bytes.len() - at);
-        buf.extend_from_slice(&bytes[at..at + n]);
-        at += n;
-        i += 1;
-        match h1::parse_response(&mut buf, method) {
-            Ok(None) if at < bytes.len() => continue,
-            r => {
-                // What was not read yet follows what is left in the buffer.
-                buf.extend_from_slice(&bytes[at..]);
-                return (r, buf);
-            }
+        r.read();
+        match h1::parse_response(&mut r.buf, method) {
+            Ok(None) if !r.all_read() => continue,
+            res => return (res, r.rest()),
         }
     }
 }
@@ -53,17 +84,12 @@ fn chunked_in_steps(
     steps: &[usize],
 ) -> (Result<bool, h1::ParseError>, Vec<u8>, BytesMut) {
     let mut c = Chunked::default();
-    let mut buf = BytesMut::new();
+    let mut r = Reads::new(bytes, steps);
     let mut data = Vec::new();
-    let mut at = 0;
-    let mut i = 0;
     loop {
-        let n = steps[i % steps.len()].min(bytes.len() - at);
-        buf.extend_from_slice(&bytes[at..at + n]);
-        at += n;
-        i += 1;
+        r.read();
         loop {
-            match c.decode(&mut buf) {
+            match c.decode(&mut r.buf) {
                 Ok(Step::Data(d)) => {
                     assert!(!d.is_empty(), "empty data frame");
                     data.extend_from_slice(&d);
@@ -71,14 +97,13 @@ fn chunked_in_steps(
                 Ok(Step::More) => break,
                 Ok(Step::End) => {
                     assert!(c.is_done());
-                    buf.extend_from_slice(&bytes[at..]);
-                    return (Ok(true), data, buf);
+                    return (Ok(true), data, r.rest());
                 }
-                Err(e) => return (Err(e), data, buf),
+                Err(e) => return (Err(e), data, r.buf),
             }
         }
-        if at == bytes.len() {
-            return (Ok(false), data, buf);
+        if r.all_read() {
+            return (Ok(false), data, r.buf);
         }
     }
 }
