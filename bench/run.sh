@@ -27,9 +27,15 @@
 #   haproxy-fwd    haproxy-reuse that also sets the forwarding headers gearlb sets by
 #                  default (X-Forwarded-For/-Proto): the same work per request
 #                  (bench/configs/haproxy-fwd.cfg.in), port 18092; not a default
+#   haproxy-last   haproxy-reuse with `option prefer-last-server`: a client connection's
+#                  next request goes to the server of its previous one, HAProxy's form
+#                  of gearlb's connection_affinity (bench/configs/haproxy-last.cfg.in),
+#                  port 18093; not a default
 #   gearlb-allfwd  gearlb setting all five forwarding headers it can (also
 #                  X-Forwarded-Host/-Port, Forwarded; its default before 2026-11-22),
 #                  port 18080; not a default
+#   gearlb-noaff   gearlb with [proxy] connection_affinity = 0: every request chosen
+#                  afresh (its behaviour before 2026-11-22), port 18080; not a default
 #   direct         straight to web1 (127.0.0.1:19001): the ceiling of this machine
 #
 # Scenarios (SCENARIOS, run in this order; targets alternate within each round):
@@ -91,6 +97,7 @@ GEARLB_STATUS_PORT=18081
 HAPROXY_CLOSE_PORT=18090
 HAPROXY_REUSE_PORT=18091
 HAPROXY_FWD_PORT=18092
+HAPROXY_LAST_PORT=18093
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
@@ -396,9 +403,12 @@ write_gearlb_config() {
         echo "socket = \"$dir/control.sock\""
         echo "[state]"
         echo "dir = \"$dir/data\""
+        echo "[proxy]"
         if [[ -n ${GEARLB_FORWARDED:-} ]]; then
-            echo "[proxy]"
             echo "forwarded_headers = $GEARLB_FORWARDED"
+        fi
+        if [[ -n ${GEARLB_AFFINITY:-} ]]; then
+            echo "connection_affinity = $GEARLB_AFFINITY"
         fi
         if [[ $RUN_IDLE == 1 ]]; then
             # Idle keep-alive connections must outlive the measurement (default 10s).
@@ -424,6 +434,10 @@ start_gearlb-allfwd() {
         start_gearlb
 }
 stop_gearlb-allfwd() { stop_gearlb; }
+
+# start_gearlb-noaff: gearlb choosing every request afresh (see Targets above).
+start_gearlb-noaff() { GEARLB_AFFINITY=0 start_gearlb; }
+stop_gearlb-noaff() { stop_gearlb; }
 
 start_gearlb() {
     local dir=$TMP/gearlb
@@ -473,6 +487,7 @@ haproxy_port() {
     haproxy-close) echo "$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "$HAPROXY_REUSE_PORT" ;;
     haproxy-fwd) echo "$HAPROXY_FWD_PORT" ;;
+    haproxy-last) echo "$HAPROXY_LAST_PORT" ;;
     esac
 }
 
@@ -571,16 +586,19 @@ start_haproxy-reuse() { start_haproxy_named haproxy-reuse; }
 stop_haproxy-reuse() { stop_haproxy_named haproxy-reuse; }
 start_haproxy-fwd() { start_haproxy_named haproxy-fwd; }
 stop_haproxy-fwd() { stop_haproxy_named haproxy-fwd; }
+start_haproxy-last() { start_haproxy_named haproxy-last; }
+stop_haproxy-last() { stop_haproxy_named haproxy-last; }
 
 start_direct() { :; } # the backends are already running
 stop_direct() { :; }
 
 target_url() {
     case $1 in
-    gearlb | gearlb-allfwd) echo "http://127.0.0.1:$GEARLB_PORT" ;;
+    gearlb | gearlb-allfwd | gearlb-noaff) echo "http://127.0.0.1:$GEARLB_PORT" ;;
     haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "http://127.0.0.1:$HAPROXY_REUSE_PORT" ;;
     haproxy-fwd) echo "http://127.0.0.1:$HAPROXY_FWD_PORT" ;;
+    haproxy-last) echo "http://127.0.0.1:$HAPROXY_LAST_PORT" ;;
     direct) echo "http://127.0.0.1:${BACKEND_PORTS[0]}" ;;
     *) die "unknown target '$1'" ;;
     esac
@@ -589,7 +607,7 @@ target_url() {
 # target_pid NAME: the process whose memory is the target's.
 target_pid() {
     case $1 in
-    gearlb | gearlb-allfwd) echo "$GEARLB_PID" ;;
+    gearlb | gearlb-allfwd | gearlb-noaff) echo "$GEARLB_PID" ;;
     haproxy-*) echo "$HAPROXY_PID" ;;
     *) echo "" ;;
     esac
@@ -736,7 +754,7 @@ scenario_large_body() {
 
 SCENARIO_DESC[many_backends]="peak req/s with N=3 and N=$MANY_N backends (one nginx port each, health checks on): wrk -t1 -c$CONNECTIONS -d${DURATION}s"
 SCENARIO_COLS[many_backends]="req/s p50_ms p99_ms errors"
-SCENARIO_TARGETS[many_backends]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_TARGETS[many_backends]="gearlb gearlb-noaff haproxy-close haproxy-reuse haproxy-last"
 SCENARIO_VARIANTS[many_backends]="N=3 N=$MANY_N"
 SCENARIO_METRIC[many_backends]="req/s"
 SCENARIO_BETTER[many_backends]=higher

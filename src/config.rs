@@ -163,6 +163,11 @@ pub struct ProxyConfig {
     /// Further backends tried when one cannot be reached (every request), or fails
     /// before answering an idempotent request without a body. Default 3.
     pub retries: u32,
+    /// Requests in a row a client connection may send to the gear that took its previous
+    /// request, while that gear is no busier than the least-loaded choice (warm
+    /// connections; HAProxy's `prefer-last-server`, bounded). 0: every request is
+    /// chosen afresh. Default 16.
+    pub connection_affinity: u32,
 }
 
 /// Which forwarding headers gearlb sets: `[proxy] forwarded_headers`, a list of header
@@ -421,6 +426,7 @@ impl Default for Config {
                 forwarded_headers: ForwardedHeaders::default(),
                 h2c: true,
                 retries: 3,
+                connection_affinity: 16,
             },
             log: LogConfig::default(),
             health: HealthConfig {
@@ -673,6 +679,12 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
         r.forwarded_headers("forwarded_headers", cfg.proxy.forwarded_headers);
     cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
     cfg.proxy.retries = r.uint("retries", cfg.proxy.retries as u64, 0, 16) as u32;
+    cfg.proxy.connection_affinity = r.uint(
+        "connection_affinity",
+        cfg.proxy.connection_affinity as u64,
+        0,
+        1_000_000,
+    ) as u32;
     r.finish();
 
     let t = section("log", problems);
@@ -1547,6 +1559,25 @@ mod tests {
 
         let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
         assert!(err.0[0].message.contains("expected a list of header names"));
+    }
+
+    #[test]
+    fn connection_affinity_bounds() {
+        assert_eq!(
+            from_toml("", &env(&[])).unwrap().proxy.connection_affinity,
+            16
+        );
+        let c = from_toml("[proxy]\nconnection_affinity = 0\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.connection_affinity, 0);
+        for bad in ["-1", "2000000", "\"lots\"", "1.5"] {
+            let err = from_toml(
+                &format!("[proxy]\nconnection_affinity = {bad}\n"),
+                &env(&[]),
+            )
+            .unwrap_err();
+            assert_eq!(err.0.len(), 1, "{bad}: {err:?}");
+            assert_eq!(err.0[0].path, "proxy.connection_affinity", "{bad}");
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! # Layout
 //! - [`config`]: TOML file + gear environment → one validated `Config` (every problem listed).
 //! - [`gear`]: gear names, addresses and the platform's `update-cluster` entry format.
-//! - [`routing`]: the routing table snapshot (arc-swap), backend selection and the
-//!   sticky cookie ([`routing::sticky`]).
+//! - [`routing`]: the routing table snapshot (arc-swap), backend selection, connection
+//!   affinity ([`routing::affinity`]) and the sticky cookie ([`routing::sticky`]).
 //! - [`health`]: active health checks (on kept connections) and passive ejection.
 //! - [`cluster`]: the application's balancers: gossip membership (chitchat over an
 //!   authenticated TCP transport), the cluster view, subsets and shared health.

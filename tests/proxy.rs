@@ -293,6 +293,59 @@ async fn load_spreads_over_backends() {
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
 
+/// One keep-alive client connection's requests, in order: which backend took each.
+async fn backends_of(c: &TestClient, lb: &Gearlb, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let req = http::Request::get(format!("http://{}/", lb.proxy))
+            .body(gen_body(0))
+            .unwrap();
+        let r = send(c, req).await.unwrap();
+        assert_eq!(r.status, 200);
+        got.push(r.text().trim_start_matches("backend ").to_string());
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_clients_stay_on_a_gear_for_a_bounded_run() {
+    let b = futures_join(3).await;
+    let list: Vec<_> = b.iter().map(|b| (b.name.as_str(), b.addr)).collect();
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &list, "[proxy]\nconnection_affinity = 4\n"),
+    );
+    let c = client();
+    let got = backends_of(&c, &lb, 40).await;
+    for run in got.chunks(4) {
+        assert!(run.iter().all(|n| *n == run[0]), "runs of 4: {got:?}");
+    }
+    let seen: BTreeSet<_> = got.iter().collect();
+    assert!(seen.len() >= 2, "every run is placed afresh: {got:?}");
+
+    // The gear of the current run taken out of rotation: left at once.
+    let current = backends_of(&c, &lb, 1).await.remove(0);
+    let (code, _, err) = lb.ctl(&["rotate-out", &current]);
+    assert_eq!(code, 0, "{err}");
+    for other in backends_of(&c, &lb, 8).await {
+        assert_ne!(other, current, "a rotated-out gear gets no new request");
+    }
+
+    // connection_affinity = 0: each request of one connection is placed afresh.
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &list, "[proxy]\nconnection_affinity = 0\n"),
+    );
+    let got = backends_of(&client(), &lb, 30).await;
+    let switches = got.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        switches >= 10,
+        "{switches} switches in 30 requests: {got:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_get_431() {
     let b = TestBackend::start("web1").await;

@@ -48,6 +48,7 @@ use tracing::debug;
 
 use super::forward::ClientInfo;
 use super::{handle, FrontendRequest, ProxyCtx, Settings};
+use crate::routing::Affinity;
 
 /// Idle time after which an HTTP/1 keep-alive connection gives back its HTTP state.
 pub const PARK_AFTER_MS: u64 = 500;
@@ -63,6 +64,8 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 pub(super) struct ConnState {
     pub ctx: Arc<ProxyCtx>,
     pub client: ClientInfo,
+    /// Where this connection's previous request went (connection affinity).
+    pub affinity: Affinity,
     /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
     last_io: AtomicU64,
     /// Requests on this connection waiting for a backend's response head: while any
@@ -99,6 +102,7 @@ impl ConnState {
         ConnState {
             ctx,
             client,
+            affinity: Affinity::default(),
             last_io: AtomicU64::new(now),
             waiting_upstream: AtomicU32::new(0),
             uploads: Arc::new(AtomicU32::new(0)),

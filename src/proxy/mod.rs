@@ -3,7 +3,8 @@
 //!
 //! Owns the accept loop and its connection limit, per-connection timeouts, request
 //! handling (sticky cookie, selection, retries), and graceful stop. Per request: load the
-//! routing snapshot (lock-free), pick the backend the sticky cookie names or the least
+//! routing snapshot (lock-free), pick the backend the sticky cookie names, else the
+//! connection's previous one while it is no busier (`routing::affinity`), else the least
 //! loaded one, take a pooled connection or open one, send, and stream the response body
 //! back without buffering it; the backend's in-flight count covers the whole exchange.
 //!
@@ -69,6 +70,9 @@ pub struct Settings {
     pub h2c: bool,
     pub max_header_size: usize,
     pub retries: u32,
+    /// Requests in a row a client connection may send to the backend of its previous
+    /// request (see [`crate::routing::affinity`]); 0 = every request chosen afresh.
+    pub connection_affinity: u32,
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
@@ -107,6 +111,7 @@ impl Settings {
             h2c: c.proxy.h2c,
             max_header_size: c.limits.max_header_size,
             retries: c.proxy.retries,
+            connection_affinity: c.proxy.connection_affinity,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
             log_requests: c.log.requests || c.log.requests_forced,
@@ -546,13 +551,16 @@ async fn forward(
     let mut last: Option<Arc<Backend>> = None;
 
     for attempt in 0..=settings.retries {
-        let backend = match (&pinned, attempt) {
-            (Some(p), 0) => p.clone(),
-            _ => match ctx.router.load().select_excluding(&tried) {
-                Some(b) => b.clone(),
-                None => break,
-            },
+        let chosen = match (&pinned, attempt) {
+            (Some(p), 0) => Some(p.clone()),
+            (None, 0) => ctx
+                .router
+                .load()
+                .select_for(&conn.affinity, settings.connection_affinity)
+                .cloned(),
+            _ => ctx.router.load().select_excluding(&tried).cloned(),
         };
+        let Some(backend) = chosen else { break };
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
@@ -576,6 +584,7 @@ async fn forward(
                 return Ok((resp, last));
             }
             Err(Failed::NotSent(back, e)) => {
+                conn.affinity.forget();
                 ctx.passive_failure(&backend, settings.eject_after);
                 debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
                 backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
@@ -583,6 +592,7 @@ async fn forward(
                 last_error = e;
             }
             Err(Failed::Sent(e)) => {
+                conn.affinity.forget();
                 if matches!(e, ForwardError::Upstream(_)) {
                     ctx.passive_failure(&backend, settings.eject_after);
                 }

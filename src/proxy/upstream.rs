@@ -18,7 +18,7 @@
 //! A connection returns to the pool only when its response body was read to the end and
 //! the response allows another request (see [`UpBody`]); anything else closes it.
 //! [`Pool::force_close`] (the drain deadline) cuts busy connections too: each one has a
-//! [`ConnCell`] whose waker is set whenever its owner waits on the socket.
+//! `ConnCell` whose waker is set whenever its owner waits on the socket.
 
 use std::fmt;
 use std::future::poll_fn;

@@ -12,6 +12,7 @@
 //! request holds an `Arc<Backend>` for its whole life, so it finishes on the backend it
 //! started on even if that backend is removed meanwhile.
 
+pub mod affinity;
 pub mod select;
 pub mod sticky;
 pub mod subset;
@@ -22,6 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use serde::{Deserialize, Serialize};
+
+pub use affinity::Affinity;
 
 use crate::gear::Addr;
 use crate::proxy::upstream::Pool;
@@ -184,10 +187,13 @@ pub struct RoutingTable {
     backups: Vec<usize>,
     /// Sticky cookie value → index.
     by_sticky: HashMap<String, usize>,
+    /// Which publication of the router this is (0 for the empty initial table): a
+    /// connection's [`Affinity`] hint is only good for the snapshot it was taken from.
+    generation: u64,
 }
 
 impl RoutingTable {
-    fn new(entries: Vec<Entry>) -> Self {
+    fn new(entries: Vec<Entry>, generation: u64) -> Self {
         let usable = |want_subset: bool| -> Vec<usize> {
             entries
                 .iter()
@@ -208,6 +214,7 @@ impl RoutingTable {
             selectable,
             backups,
             by_sticky,
+            generation,
         }
     }
 
@@ -233,6 +240,54 @@ impl RoutingTable {
     pub fn select_excluding(&self, tried: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
         self.pick(&self.selectable, tried)
             .or_else(|| self.pick(&self.backups, tried))
+    }
+
+    /// As [`RoutingTable::select`] for a request of a client connection with this
+    /// [`Affinity`]: the backend of the connection's previous request keeps it while it
+    /// is no busier than the least-loaded pick, for up to `max_run` requests in a row
+    /// (0: never). Records the choice in `affinity`.
+    pub fn select_for(&self, affinity: &Affinity, max_run: u32) -> Option<&Arc<Backend>> {
+        let (set, subset) = if self.selectable.is_empty() {
+            (&self.backups, false)
+        } else {
+            (&self.selectable, true)
+        };
+        let load = |i: usize| self.entries[i].backend.outstanding();
+        let pick = || {
+            select::least_loaded(set.len(), fastrand::usize(..), fastrand::usize(..), |k| {
+                load(set[k])
+            })
+            .map(|k| set[k])
+        };
+        let remembered = affinity
+            .last(self.generation)
+            .filter(|&(i, run)| run < max_run && self.in_set(i, subset));
+        // The backend, and how many requests in a row it has taken with this one.
+        let (i, run) = match remembered {
+            // Nothing beats an idle backend: no need to look at the others.
+            Some((i, run)) if load(i) == 0 => (i, run + 1),
+            Some((i, run)) => {
+                let p = pick()?;
+                if affinity::keep(run, max_run, load(i), load(p)) {
+                    (i, run + 1)
+                } else {
+                    (p, 1)
+                }
+            }
+            None => (pick()?, 1),
+        };
+        if max_run > 0 {
+            affinity.remember(self.generation, i, run);
+        }
+        Some(&self.entries[i].backend)
+    }
+
+    /// Entry `i` exists, may take new requests and is in the subset (or is a backup, for
+    /// `subset` false): what a hint from this very snapshot always is, checked anyway.
+    fn in_set(&self, i: usize, subset: bool) -> bool {
+        self.entries
+            .get(i)
+            .is_some_and(|e| e.usable() && e.in_subset == subset)
     }
 
     fn pick(&self, set: &[usize], tried: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
@@ -387,8 +442,11 @@ impl Router {
     }
 
     fn publish(&self, entries: Vec<Entry>) {
-        self.table.store(Arc::new(RoutingTable::new(entries)));
-        self.changes.send_modify(|g| *g += 1);
+        // Writers are serialised (`lock`), so this generation is new and unique.
+        let generation = *self.changes.borrow() + 1;
+        self.table
+            .store(Arc::new(RoutingTable::new(entries, generation)));
+        self.changes.send_replace(generation);
     }
 
     /// Change the entries matching `pick` with `edit`; false when none matched or
@@ -591,6 +649,187 @@ mod tests {
             "no-op edits publish nothing"
         );
         assert!(!rx.has_changed().unwrap());
+    }
+
+    fn router_of(n: usize) -> Router {
+        let r = Router::new(4);
+        r.replace_backends(
+            (0..n)
+                .map(|i| spec(&format!("g{i}"), i as u16 + 1))
+                .collect(),
+        );
+        r
+    }
+
+    fn outstanding<'a>(t: &'a RoutingTable, name: &str) -> &'a AtomicU64 {
+        &t.get(name).unwrap().backend.stats.outstanding
+    }
+
+    #[test]
+    fn affinity_keeps_an_idle_backend_for_a_bounded_run() {
+        for n in [3, 1000] {
+            let r = router_of(n);
+            let t = r.load();
+            let a = Affinity::default();
+            let first = t.select_for(&a, 16).unwrap().name().to_string();
+            for k in 2..=16 {
+                assert_eq!(
+                    t.select_for(&a, 16).unwrap().name(),
+                    first,
+                    "n={n} request {k}"
+                );
+            }
+            // The run is over: the 17th is chosen afresh and starts a new run.
+            t.select_for(&a, 16).unwrap();
+            assert_eq!(a.last(t.generation).unwrap().1, 1, "n={n}");
+        }
+    }
+
+    #[test]
+    fn affinity_never_keeps_a_busier_backend() {
+        let r = router_of(3);
+        let t = r.load();
+        let a = Affinity::default();
+        let first = t.select_for(&a, 16).unwrap().name().to_string();
+        outstanding(&t, &first).store(1, Ordering::Relaxed);
+        for _ in 0..20 {
+            let a = Affinity::default();
+            t.select_for(&a, 16).unwrap();
+            let next = t.select_for(&a, 16).unwrap().name().to_string();
+            assert_ne!(next, first, "an idle backend beats a busy remembered one");
+        }
+        // Equally busy everywhere: the remembered one wins the tie.
+        for i in 0..3 {
+            outstanding(&t, &format!("g{i}")).store(2, Ordering::Relaxed);
+        }
+        let a = Affinity::default();
+        let first = t.select_for(&a, 16).unwrap().name().to_string();
+        for _ in 0..10 {
+            assert_eq!(t.select_for(&a, 16).unwrap().name(), first);
+        }
+    }
+
+    #[test]
+    fn affinity_ends_with_any_table_change() {
+        let r = router_of(3);
+        let a = Affinity::default();
+        let first = r.load().select_for(&a, 1000).unwrap().name().to_string();
+        r.set_admin(&first, Admin::Draining);
+        for _ in 0..50 {
+            assert_ne!(r.load().select_for(&a, 1000).unwrap().name(), first);
+        }
+        let b = r.load().get("g0").unwrap().backend.clone();
+        r.set_admin(&first, Admin::Active);
+        let a = Affinity::default();
+        while r.load().select_for(&a, 1000).unwrap().name() != "g0" {}
+        r.set_health(&b, false);
+        for _ in 0..50 {
+            assert_ne!(r.load().select_for(&a, 1000).unwrap().name(), "g0");
+        }
+        // Nothing usable in the subset: backups serve, with affinity among them.
+        r.set_health(&b, true);
+        r.apply_cluster(|label| label == "g0", |_| None);
+        r.set_health(&r.load().get("g0").unwrap().backend.clone(), false);
+        let t = r.load();
+        let a = Affinity::default();
+        let backup = t.select_for(&a, 1000).unwrap().name().to_string();
+        assert_ne!(backup, "g0");
+        for _ in 0..10 {
+            assert_eq!(t.select_for(&a, 1000).unwrap().name(), backup);
+        }
+    }
+
+    #[test]
+    fn affinity_off_chooses_every_request_afresh() {
+        let r = router_of(3);
+        let t = r.load();
+        let a = Affinity::default();
+        let seen: std::collections::BTreeSet<String> = (0..60)
+            .map(|_| t.select_for(&a, 0).unwrap().name().to_string())
+            .collect();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!(a.last(t.generation), None, "nothing remembered when off");
+    }
+
+    /// A closed loop of `conns` client connections over `n` idle-at-start backends,
+    /// `requests` in all: each finishes its request and sends the next. Returns how many
+    /// requests each backend took, and the distinct backends of the last `window`.
+    fn closed_loop(
+        n: usize,
+        conns: usize,
+        max_run: u32,
+        requests: usize,
+        window: usize,
+    ) -> (Vec<u64>, usize) {
+        fastrand::seed(11);
+        let r = router_of(n);
+        let t = r.load();
+        let index = |b: &Arc<Backend>| {
+            t.entries
+                .iter()
+                .position(|e| Arc::ptr_eq(&e.backend, b))
+                .unwrap()
+        };
+        let affinities: Vec<Affinity> = (0..conns).map(|_| Affinity::default()).collect();
+        let mut current: Vec<Option<usize>> = vec![None; conns];
+        let mut taken = vec![0u64; n];
+        let mut recent = std::collections::VecDeque::new();
+        for _ in 0..requests {
+            let c = fastrand::usize(..conns);
+            if let Some(i) = current[c] {
+                t.entries[i]
+                    .backend
+                    .stats
+                    .outstanding
+                    .fetch_sub(1, Ordering::Relaxed);
+            }
+            let i = index(t.select_for(&affinities[c], max_run).unwrap());
+            t.entries[i]
+                .backend
+                .stats
+                .outstanding
+                .fetch_add(1, Ordering::Relaxed);
+            current[c] = Some(i);
+            taken[i] += 1;
+            recent.push_back(i);
+            if recent.len() > window {
+                recent.pop_front();
+            }
+        }
+        let distinct = recent
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        (taken, distinct)
+    }
+
+    #[test]
+    fn affinity_keeps_the_working_set_small_and_the_load_even() {
+        // 64 connections over 1000 gears: chosen afresh, nearly every request lands on
+        // a backend (so a connection) not used recently; with affinity the recent ones
+        // are about one per client connection.
+        let (_, spread) = closed_loop(1000, 64, 0, 20_000, 640);
+        let (_, warm) = closed_loop(1000, 64, 16, 20_000, 640);
+        assert!(
+            spread > 400,
+            "without affinity {spread} distinct in 640 requests"
+        );
+        assert!(warm < 200, "with affinity {warm} distinct in 640 requests");
+
+        // Over time every gear still gets its share: runs end, and a fresh choice is
+        // the least-loaded one.
+        let (taken, _) = closed_loop(100, 8, 16, 200_000, 1);
+        let (min, max) = (taken.iter().min().unwrap(), taken.iter().max().unwrap());
+        assert!(
+            *min > 1000 && *max < 3000,
+            "per-gear requests {min}..{max} (mean 2000)"
+        );
+        let (taken, _) = closed_loop(3, 64, 16, 30_000, 1);
+        let (min, max) = (taken.iter().min().unwrap(), taken.iter().max().unwrap());
+        assert!(
+            max - min < 3000,
+            "per-gear requests {min}..{max} (mean 10000)"
+        );
     }
 
     #[test]

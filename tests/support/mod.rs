@@ -289,10 +289,12 @@ impl Got {
     }
 }
 
+/// The tests' HTTP client.
+pub type TestClient =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>;
+
 /// A keep-alive HTTP client (one pool per test).
-pub fn client(
-) -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>
-{
+pub fn client() -> TestClient {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(2))
         .build_http()
@@ -307,13 +309,7 @@ pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resu
     send(&client(), req.body(full("")).unwrap()).await
 }
 
-pub async fn send(
-    c: &hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        BoxBody,
-    >,
-    req: Request<BoxBody>,
-) -> Result<Got, String> {
+pub async fn send(c: &TestClient, req: Request<BoxBody>) -> Result<Got, String> {
     let resp = c.request(req).await.map_err(|e| format!("{e:?}"))?;
     let status = resp.status().as_u16();
     let (parts, body) = resp.into_parts();
