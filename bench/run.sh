@@ -181,9 +181,10 @@ setup_pinning() {
 
 # median: the median of the numbers on stdin ("?" if none).
 median() {
-    sort -g | awk '{ v[NR] = $1 } END {
-        if (NR == 0) { print "?"; exit }
-        if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    # "-" (not measured for that target) and "?" (unknown) are left out.
+    sort -g | awk '$1 != "-" && $1 != "?" { v[++n] = $1 } END {
+        if (n == 0) { print "?"; exit }
+        if (n % 2) print v[(n + 1) / 2]; else print (v[n / 2] + v[n / 2 + 1]) / 2 }'
 }
 
 # ---- process bookkeeping and cleanup --------------------------------------------
@@ -659,6 +660,31 @@ parse_wrk() {
 }
 
 # wrk_run OUT CONNECTIONS SECONDS URL [EXTRA WRK ARGS...]
+# cpu_ticks PID: CPU time (user + system, all threads) of a process, in clock ticks;
+# "-" without a process (direct).
+cpu_ticks() {
+    [[ -n $1 ]] || {
+        echo "-"
+        return 0
+    }
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo "?"
+}
+
+# cpu_us_per_request PID TICKS_BEFORE WRK_OUT: the process's CPU µs per request wrk
+# completed since TICKS_BEFORE: the proxy's own cost, steadier than req/s on a machine
+# whose other core (load generator, backends) is saturated too.
+cpu_us_per_request() {
+    local t1
+    [[ $2 != "-" ]] || {
+        echo "-"
+        return 0
+    }
+    t1=$(cpu_ticks "$1")
+    awk -v a="$2" -v b="$t1" -v hz="$(getconf CLK_TCK)" '
+        /requests in/ { n = $1 }
+        END { if (n > 0 && b != "?" && a != "?") printf "%.2f", (b - a) / hz * 1e6 / n; else print "?" }' "$3"
+}
+
 wrk_run() {
     local out=$1 c=$2 secs=$3 url=$4
     shift 4
@@ -684,20 +710,27 @@ warmup() {
 # SCENARIO_TARGETS[<name>] (default: all) limits the targets; SCENARIO_VARIANTS[<name>]
 # runs the scenario several times per target and round (e.g. N=3 and N=1000); every
 # variant starts its target afresh. SCENARIO_METRIC[<name>] is the column compared in
-# the summary, SCENARIO_BETTER[<name>] "higher" or "lower".
+# the summary, SCENARIO_BETTER[<name>] "higher" or "lower"; SCENARIO_METRIC2 and
+# SCENARIO_BETTER2 an optional second one (the proxy's CPU µs per request: "-" for
+# direct, which has no proxy).
 declare -A SCENARIO_DESC SCENARIO_COLS SCENARIO_TARGETS SCENARIO_VARIANTS SCENARIO_METRIC \
-    SCENARIO_BETTER SCENARIO_ERRORS_OK
+    SCENARIO_BETTER SCENARIO_METRIC2 SCENARIO_BETTER2 SCENARIO_ERRORS_OK
 
 SCENARIO_DESC[peak_small]="peak req/s, 16-byte responses, keep-alive clients: wrk -t1 -c$CONNECTIONS -d${DURATION}s (after a ${WARMUP}s warm-up)"
-SCENARIO_COLS[peak_small]="req/s p50_ms p99_ms errors"
+SCENARIO_COLS[peak_small]="req/s p50_ms p99_ms errors cpu_us"
 SCENARIO_METRIC[peak_small]="req/s"
+SCENARIO_METRIC2[peak_small]="cpu_us"
+SCENARIO_BETTER2[peak_small]=lower
 SCENARIO_BETTER[peak_small]=higher
 scenario_peak_small() {
-    local url=$2/ out=$3 r
+    local url=$2/ out=$3 r pid t0 cpu
     warmup "$url" "$out" "$CONNECTIONS"
+    pid=$(target_pid "$1")
+    t0=$(cpu_ticks "$pid")
     wrk_run "$out" "$CONNECTIONS" "$DURATION" "$url"
+    cpu=$(cpu_us_per_request "$pid" "$t0" "$out")
     r=$(parse_wrk "$out")
-    ROW=$(cut -f1-4 <<<"$r")
+    ROW="$(cut -f1-4 <<<"$r")"$'\t'"$cpu"
 }
 
 RATE_USED=""
@@ -753,10 +786,12 @@ scenario_large_body() {
 }
 
 SCENARIO_DESC[many_backends]="peak req/s with N=3 and N=$MANY_N backends (one nginx port each, health checks on): wrk -t1 -c$CONNECTIONS -d${DURATION}s"
-SCENARIO_COLS[many_backends]="req/s p50_ms p99_ms errors"
+SCENARIO_COLS[many_backends]="req/s p50_ms p99_ms errors cpu_us"
 SCENARIO_TARGETS[many_backends]="gearlb gearlb-noaff haproxy-close haproxy-reuse haproxy-last"
 SCENARIO_VARIANTS[many_backends]="N=3 N=$MANY_N"
 SCENARIO_METRIC[many_backends]="req/s"
+SCENARIO_METRIC2[many_backends]="cpu_us"
+SCENARIO_BETTER2[many_backends]=lower
 SCENARIO_BETTER[many_backends]=higher
 scenario_many_backends() { scenario_peak_small "$@"; }
 
@@ -1028,8 +1063,9 @@ print_summary() {
     for t in "${TARGETS[@]}"; do [[ $t == "$REF" ]] || printf ' %14s' "$t/ref"; done
     echo
     for s in "${SCENARIOS[@]}"; do
-        col=${SCENARIO_METRIC[$s]}
+        for col in ${SCENARIO_METRIC[$s]} ${SCENARIO_METRIC2[$s]:-}; do
         better=${SCENARIO_BETTER[$s]}
+        [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
         idx=$(awk -v cols="${SCENARIO_COLS[$s]}" -v want="$col" \
             'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }')
         for v in ${SCENARIO_VARIANTS[$s]:--}; do
@@ -1054,7 +1090,10 @@ print_summary() {
             echo "$line"
             unset med
         done
+        done
         if [[ $s == many_backends ]]; then
+            idx=$(awk -v cols="${SCENARIO_COLS[$s]}" -v want="${SCENARIO_METRIC[$s]}" \
+                'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }')
             for t in "${TARGETS[@]}"; do
                 local a b
                 a=$(awk -F'\t' -v t="$t" -v i="$idx" '$1 == "many_backends" && $2 == "N=3" && $3 == t { print $i }' "$RESULTS" | median)
