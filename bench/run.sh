@@ -659,7 +659,6 @@ parse_wrk() {
         }' "$1"
 }
 
-# wrk_run OUT CONNECTIONS SECONDS URL [EXTRA WRK ARGS...]
 # cpu_ticks PID: CPU time (user + system, all threads) of a process, in clock ticks;
 # "-" without a process (direct).
 cpu_ticks() {
@@ -685,6 +684,7 @@ cpu_us_per_request() {
         END { if (n > 0 && b != "?" && a != "?") printf "%.2f", (b - a) / hz * 1e6 / n; else print "?" }' "$3"
 }
 
+# wrk_run OUT CONNECTIONS SECONDS URL [EXTRA WRK ARGS...]
 wrk_run() {
     local out=$1 c=$2 secs=$3 url=$4
     shift 4
@@ -1054,6 +1054,13 @@ print_scenario() {
 
 # The summary: per scenario (and variant), the median of the compared column for every
 # target, and each target's ratio to REF.
+# col_index SCENARIO COLUMN: the field of COLUMN in a RESULTS row (after scenario,
+# variant, target and round).
+col_index() {
+    awk -v cols="${SCENARIO_COLS[$1]}" -v want="$2" \
+        'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }'
+}
+
 print_summary() {
     local s v t col idx better ref_val val ratio line
     echo
@@ -1064,36 +1071,34 @@ print_summary() {
     echo
     for s in "${SCENARIOS[@]}"; do
         for col in ${SCENARIO_METRIC[$s]} ${SCENARIO_METRIC2[$s]:-}; do
-        better=${SCENARIO_BETTER[$s]}
-        [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
-        idx=$(awk -v cols="${SCENARIO_COLS[$s]}" -v want="$col" \
-            'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }')
-        for v in ${SCENARIO_VARIANTS[$s]:--}; do
-            line=$(printf '%-24s %-14s %-7s' "$s${SCENARIO_VARIANTS[$s]:+ $v}" "$col" "$better")
-            declare -A med=()
-            for t in "${TARGETS[@]}"; do
-                med[$t]=$(awk -F'\t' -v s="$s" -v v="$v" -v t="$t" -v i="$idx" \
-                    '$1 == s && $2 == v && $3 == t { print $i }' "$RESULTS" | median)
-                line+=$(printf ' %14s' "${med[$t]}")
+            better=${SCENARIO_BETTER[$s]}
+            [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
+            idx=$(col_index "$s" "$col")
+            for v in ${SCENARIO_VARIANTS[$s]:--}; do
+                line=$(printf '%-24s %-14s %-7s' "$s${SCENARIO_VARIANTS[$s]:+ $v}" "$col" "$better")
+                declare -A med=()
+                for t in "${TARGETS[@]}"; do
+                    med[$t]=$(awk -F'\t' -v s="$s" -v v="$v" -v t="$t" -v i="$idx" \
+                        '$1 == s && $2 == v && $3 == t { print $i }' "$RESULTS" | median)
+                    line+=$(printf ' %14s' "${med[$t]}")
+                done
+                ref_val=${med[$REF]:-?}
+                for t in "${TARGETS[@]}"; do
+                    [[ $t == "$REF" ]] && continue
+                    val=${med[$t]}
+                    if [[ $val == "?" || $ref_val == "?" ]] || ! awk -v r="$ref_val" 'BEGIN { exit !(r > 0) }'; then
+                        ratio="-"
+                    else
+                        ratio=$(awk -v a="$val" -v b="$ref_val" 'BEGIN { printf "%.2fx", a / b }')
+                    fi
+                    line+=$(printf ' %14s' "$ratio")
+                done
+                echo "$line"
+                unset med
             done
-            ref_val=${med[$REF]:-?}
-            for t in "${TARGETS[@]}"; do
-                [[ $t == "$REF" ]] && continue
-                val=${med[$t]}
-                if [[ $val == "?" || $ref_val == "?" ]] || ! awk -v r="$ref_val" 'BEGIN { exit !(r > 0) }'; then
-                    ratio="-"
-                else
-                    ratio=$(awk -v a="$val" -v b="$ref_val" 'BEGIN { printf "%.2fx", a / b }')
-                fi
-                line+=$(printf ' %14s' "$ratio")
-            done
-            echo "$line"
-            unset med
-        done
         done
         if [[ $s == many_backends ]]; then
-            idx=$(awk -v cols="${SCENARIO_COLS[$s]}" -v want="${SCENARIO_METRIC[$s]}" \
-                'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }')
+            idx=$(col_index "$s" "${SCENARIO_METRIC[$s]}")
             for t in "${TARGETS[@]}"; do
                 local a b
                 a=$(awk -F'\t' -v t="$t" -v i="$idx" '$1 == "many_backends" && $2 == "N=3" && $3 == t { print $i }' "$RESULTS" | median)

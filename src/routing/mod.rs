@@ -253,12 +253,7 @@ impl RoutingTable {
             (&self.selectable, true)
         };
         let load = |i: usize| self.entries[i].backend.outstanding();
-        let pick = || {
-            select::least_loaded(set.len(), fastrand::usize(..), fastrand::usize(..), |k| {
-                load(set[k])
-            })
-            .map(|k| set[k])
-        };
+        let pick = || self.least_loaded_in(set);
         let remembered = affinity
             .last(self.generation)
             .filter(|&(i, run)| run < max_run && self.in_set(i, subset));
@@ -290,6 +285,14 @@ impl RoutingTable {
             .is_some_and(|e| e.usable() && e.in_subset == subset)
     }
 
+    /// The entry index least-outstanding selection picks in `set` (entry indices).
+    fn least_loaded_in(&self, set: &[usize]) -> Option<usize> {
+        select::least_loaded(set.len(), fastrand::usize(..), fastrand::usize(..), |k| {
+            self.entries[set[k]].backend.outstanding()
+        })
+        .map(|k| set[k])
+    }
+
     fn pick(&self, set: &[usize], tried: &[Arc<Backend>]) -> Option<&Arc<Backend>> {
         let untried = |k: usize| {
             !tried
@@ -297,11 +300,7 @@ impl RoutingTable {
                 .any(|t| Arc::ptr_eq(t, &self.entries[set[k]].backend))
         };
         if tried.is_empty() {
-            let i =
-                select::least_loaded(set.len(), fastrand::usize(..), fastrand::usize(..), |k| {
-                    self.entries[set[k]].backend.outstanding()
-                })?;
-            return Some(&self.entries[set[i]].backend);
+            return self.least_loaded_in(set).map(|i| &self.entries[i].backend);
         }
         // Retries are rare: a plain scan over what has not been tried.
         (0..set.len())
