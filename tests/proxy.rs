@@ -293,18 +293,38 @@ async fn load_spreads_over_backends() {
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
 
-/// One keep-alive client connection's requests, in order: which backend took each.
-async fn backends_of(c: &TestClient, lb: &Gearlb, n: usize) -> Vec<String> {
-    let mut got = Vec::new();
-    for _ in 0..n {
-        let req = http::Request::get(format!("http://{}/", lb.proxy))
-            .body(gen_body(0))
+/// Exactly one keep-alive client connection. (A pooled client may open a second one
+/// when the first is not back in its pool yet, and affinity is per connection.)
+struct OneConn(hyper::client::conn::http1::SendRequest<BoxBody>);
+
+impl OneConn {
+    async fn open(addr: std::net::SocketAddr) -> Self {
+        let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+            .await
             .unwrap();
-        let r = send(c, req).await.unwrap();
-        assert_eq!(r.status, 200);
-        got.push(r.text().trim_start_matches("backend ").to_string());
+        tokio::spawn(conn);
+        OneConn(sender)
     }
-    got
+
+    /// Which backend took each of this connection's next `n` requests, in order.
+    async fn backends(&mut self, n: usize) -> Vec<String> {
+        use http_body_util::BodyExt;
+        let mut got = Vec::new();
+        for _ in 0..n {
+            self.0.ready().await.expect("the connection stays open");
+            let req = http::Request::get("/")
+                .header("host", "app.example")
+                .body(gen_body(0))
+                .unwrap();
+            let resp = self.0.send_request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let text = String::from_utf8_lossy(&body).into_owned();
+            got.push(text.trim_start_matches("backend ").to_string());
+        }
+        got
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,8 +336,8 @@ async fn keep_alive_clients_stay_on_a_gear_for_a_bounded_run() {
         dir.path(),
         &config_text(dir.path(), &list, "[proxy]\nconnection_affinity = 4\n"),
     );
-    let c = client();
-    let got = backends_of(&c, &lb, 40).await;
+    let mut c = OneConn::open(lb.proxy).await;
+    let got = c.backends(40).await;
     for run in got.chunks(4) {
         assert!(run.iter().all(|n| *n == run[0]), "runs of 4: {got:?}");
     }
@@ -325,10 +345,10 @@ async fn keep_alive_clients_stay_on_a_gear_for_a_bounded_run() {
     assert!(seen.len() >= 2, "every run is placed afresh: {got:?}");
 
     // The gear of the current run taken out of rotation: left at once.
-    let current = backends_of(&c, &lb, 1).await.remove(0);
+    let current = c.backends(1).await.remove(0);
     let (code, _, err) = lb.ctl(&["rotate-out", &current]);
     assert_eq!(code, 0, "{err}");
-    for other in backends_of(&c, &lb, 8).await {
+    for other in c.backends(8).await {
         assert_ne!(other, current, "a rotated-out gear gets no new request");
     }
 
@@ -338,7 +358,7 @@ async fn keep_alive_clients_stay_on_a_gear_for_a_bounded_run() {
         dir.path(),
         &config_text(dir.path(), &list, "[proxy]\nconnection_affinity = 0\n"),
     );
-    let got = backends_of(&client(), &lb, 30).await;
+    let got = OneConn::open(lb.proxy).await.backends(30).await;
     let switches = got.windows(2).filter(|w| w[0] != w[1]).count();
     assert!(
         switches >= 10,
@@ -518,14 +538,15 @@ async fn idle_clients_are_cut_at_the_client_timeout() {
 }
 
 /// Read one response with a Content-Length body from a raw keep-alive connection.
-fn read_response(s: &mut std::net::TcpStream) -> String {
+/// Bytes past its end (the start of the next pipelined response) stay in `rest` for
+/// the next call.
+fn read_response(s: &mut std::net::TcpStream, rest: &mut Vec<u8>) -> String {
     use std::io::Read;
-    let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let text = String::from_utf8_lossy(&buf).to_string();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let len = text[..end]
+        if let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+            let len = head
                 .lines()
                 .find_map(|l| {
                     let (k, v) = l.split_once(':')?;
@@ -533,13 +554,18 @@ fn read_response(s: &mut std::net::TcpStream) -> String {
                         .then(|| v.trim().parse::<usize>().ok())?
                 })
                 .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                return text;
+            if rest.len() >= end + 4 + len {
+                let one: Vec<u8> = rest.drain(..end + 4 + len).collect();
+                return String::from_utf8_lossy(&one).into_owned();
             }
         }
         let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed after {text:?}");
-        buf.extend_from_slice(&chunk[..n]);
+        assert!(
+            n > 0,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(rest)
+        );
+        rest.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -567,22 +593,23 @@ async fn idle_keep_alive_connections_park_and_serve_again() {
     let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    assert!(read_response(&mut s, &mut rest).starts_with("HTTP/1.1 200"));
     // Idle past the parking delay: the connection holds no HTTP state...
     assert!(eventually(Duration::from_secs(5), || parked(&lb) == 1).await);
     // ...and serves the next request, a head split over two writes, all the same.
     s.write_all(b"GET /b HTTP/1.1\r\nHo").unwrap();
     std::thread::sleep(Duration::from_millis(1200));
     s.write_all(b"st: x\r\n\r\n").unwrap();
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s, &mut rest).starts_with("HTTP/1.1 200"));
     // A pipelined pair, then parked again, then a third request.
     s.write_all(b"GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /d HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s, &mut rest).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s, &mut rest).starts_with("HTTP/1.1 200"));
     assert!(eventually(Duration::from_secs(5), || parked(&lb) == 1).await);
     s.write_all(b"GET /e HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s, &mut rest).starts_with("HTTP/1.1 200"));
     assert_eq!(b.requests(), 5);
 }
 
@@ -624,7 +651,7 @@ async fn request_head_timeout_closes_idle_and_slow_connections() {
     let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    assert!(read_response(&mut s).starts_with("HTTP/1.1 200"));
+    assert!(read_response(&mut s, &mut Vec::new()).starts_with("HTTP/1.1 200"));
     let t = Instant::now();
     let n = s.read(&mut [0u8; 16]).unwrap_or(0);
     assert_eq!(n, 0, "closed, not answered");
