@@ -168,6 +168,144 @@ async fn large_bodies_stream_with_flat_memory() {
     );
 }
 
+/// A backend that refuses uploads before reading them: it answers a POST at once with
+/// `413`, leaving the body unread, and closes (as an app server rejecting an upload
+/// does), or for `/upload-hold` keeps the connection open for 15 s without reading.
+/// `/duplex` is answered `200` at once and its body then read to the end (counted in
+/// `duplex`), as a full-duplex backend does. GETs (health checks) get `200`.
+async fn refusing_backend(duplex: Arc<AtomicU64>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let duplex = duplex.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    if buf.starts_with(b"POST /duplex ") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let len: u64 = head
+                            .split("content-length:")
+                            .nth(1)
+                            .and_then(|v| v.lines().next()?.trim().parse().ok())
+                            .unwrap_or(0);
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                        let mut got = (buf.len() - end - 4) as u64;
+                        while got < len {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => got += n as u64,
+                            }
+                        }
+                        duplex.store(got, Ordering::SeqCst);
+                        return;
+                    }
+                    if buf.starts_with(b"POST") {
+                        let _ = s
+                            .write_all(
+                                b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\
+                                  Connection: close\r\n\r\ntoo big\n",
+                            )
+                            .await;
+                        if buf.starts_with(b"POST /upload-hold ") {
+                            tokio::time::sleep(Duration::from_secs(15)).await;
+                        }
+                        return; // closed with the body unread
+                    }
+                    buf.drain(..end + 4);
+                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// POST `len` bytes to `path` on a raw connection, writing from one thread while the
+/// response is read on another: the response, and how many body bytes were written
+/// before the connection would take no more.
+fn raw_upload(addr: std::net::SocketAddr, path: &str, len: usize) -> (String, usize) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = w.write_all(head.as_bytes());
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut wrote = 0;
+        while wrote < len {
+            let n = (len - wrote).min(chunk.len());
+            if w.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+            wrote += n;
+        }
+        wrote
+    });
+    let got = read_response(&mut s, &mut Vec::new());
+    let wrote = writer.join().unwrap();
+    (got, wrote)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_answering_before_the_upload_ends_is_heard() {
+    let duplex = Arc::new(AtomicU64::new(0));
+    let addr = refusing_backend(duplex.clone()).await;
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("app", addr)], ""));
+    // Far more than the socket buffers hold: writing the rest fails once the backend
+    // has closed, or blocks while it holds the connection without reading, and its
+    // answer is what the client gets, at once (not a 502, nor a 504 after
+    // `timeouts.server`).
+    for (path, len) in [
+        ("/upload", 64usize << 20),
+        ("/upload-hold", 64 << 20),
+        ("/upload", 100),
+    ] {
+        let (got, _) = raw_upload(lb.proxy, path, len);
+        assert!(
+            got.starts_with("HTTP/1.1 413"),
+            "{path}, {len} bytes: {got}"
+        );
+        assert!(got.ends_with("too big\n"), "{got}");
+    }
+    // The backend was not marked down for it, and still serves.
+    assert_eq!(get(lb.proxy, "/", &[]).await.unwrap().status, 200);
+
+    // A success answered early is no refusal: a full-duplex backend, reading slowly,
+    // gets the whole body, and the client the answer.
+    let len = 8usize << 20;
+    let (got, wrote) = raw_upload(lb.proxy, "/duplex", len);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert_eq!(wrote, len, "the client could send it all");
+    assert!(
+        eventually(Duration::from_secs(10), || duplex.load(Ordering::SeqCst)
+            == len as u64)
+        .await,
+        "the backend got {} of {len} bytes",
+        duplex.load(Ordering::SeqCst)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_changes_under_load_fail_no_request() {
     let backends: Vec<TestBackend> = futures_join(4).await;

@@ -129,6 +129,10 @@ pub enum SendError {
     ClientBody(hyper::Error),
     #[error("request body longer or shorter than its Content-Length")]
     BodyLength,
+    /// The backend refused the request (an error or closing response head arrived)
+    /// before it took the whole body: [`send`] hands that answer on, never this error.
+    #[error("the backend answered before the request body was sent")]
+    Answered,
 }
 
 /// A failed [`send`].
@@ -146,6 +150,10 @@ pub enum SendFailure {
 /// can keep sending (128 KiB at most cost ~10% of the throughput of 1 MiB responses).
 const READ_MIN: usize = 8 * 1024;
 const READ_MAX: usize = 512 * 1024;
+
+/// Longest wait for the rest of a backend's answer after a request body could not be
+/// written (see [`Conn::read_early_answer`]).
+const EARLY_ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// What [`Pool::force_close`] needs of a connection, wherever it is: a flag, and the
 /// waker of whoever waits on its socket.
@@ -239,9 +247,48 @@ impl Conn {
         Poll::Ready(Ok(()))
     }
 
-    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+    /// Write part of a request body. While the backend takes none of it (its socket is
+    /// full), whatever it sends is read: a backend that refuses the request before it
+    /// has read the whole body (`413`, `401`, or any answer that closes) and then
+    /// stops reading must not leave the request hanging until `timeouts.server`. Such
+    /// an answer ends the write with [`SendError::Answered`].
+    async fn write_body(&mut self, data: &[u8]) -> Result<(), SendError> {
         let mut at = 0;
-        poll_fn(|cx| self.poll_write_all(cx, data, &mut at)).await
+        poll_fn(|cx| match self.poll_write_all(cx, data, &mut at) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(SendError::from)),
+            Poll::Pending => match self.poll_fill(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                Poll::Ready(Ok(0)) => Poll::Ready(Err(SendError::Closed)),
+                Poll::Ready(Ok(_)) if early(&self.buf).refuses() => {
+                    Poll::Ready(Err(SendError::Answered))
+                }
+                Poll::Ready(Ok(_)) => {
+                    // An interim response (`100 Continue`), or part of a head: keep
+                    // writing, and look again (both wakers registered anew).
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            },
+        })
+        .await
+    }
+
+    /// After writing the request failed: read what the backend sent before it went
+    /// away. A response precedes the close that broke the write, so the socket is
+    /// readable at once; the wait is bounded all the same. True when a final response
+    /// head is complete.
+    async fn read_early_answer(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + EARLY_ANSWER_WAIT;
+        loop {
+            if early(&self.buf) != Early::Nothing {
+                return true;
+            }
+            let fill = tokio::time::timeout_at(deadline, poll_fn(|cx| self.poll_fill(cx)));
+            if !matches!(fill.await, Ok(Ok(n)) if n > 0) {
+                return false;
+            }
+        }
     }
 
     /// Still usable after sitting idle: nothing unread, not closed nor failed. Only
@@ -298,10 +345,19 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
         mut body,
         ..
     } = req;
+    let mut early = false;
     if framing != ReqFraming::Empty {
-        send_body(conn, &mut body, framing)
-            .await
-            .map_err(SendFailure::Sent)?;
+        match send_body(conn, &mut body, framing).await {
+            Ok(()) => {}
+            Err(e @ (SendError::ClientBody(_) | SendError::BodyLength)) => {
+                return Err(SendFailure::Sent(e))
+            }
+            // The backend answered before taking the whole body, and stopped reading
+            // or closed: that answer is the response (what a client talking to the
+            // backend directly would see), not a 502.
+            Err(_) if conn.read_early_answer().await => early = true,
+            Err(e) => return Err(SendFailure::Sent(e)),
+        }
     }
     drop(body);
 
@@ -313,6 +369,14 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
                         && h.parts.status != http::StatusCode::SWITCHING_PROTOCOLS =>
                 {
                     continue
+                }
+                // Part of the request body was never sent: the connection cannot
+                // carry another request.
+                Ok(Some(h)) if early => {
+                    return Ok(Head {
+                        keep_alive: false,
+                        ..h
+                    })
                 }
                 Ok(Some(h)) => return Ok(h),
                 Ok(None) => {}
@@ -345,6 +409,57 @@ pub fn outgoing(req: Request<ReqBody>) -> Outgoing {
     }
 }
 
+/// What a backend sent while the request body was still being written.
+#[derive(Debug, PartialEq, Eq)]
+enum Early {
+    /// Nothing, interim `1xx` responses, or part of a head.
+    Nothing,
+    /// A complete final response head: its status, and whether it closes.
+    Final { status: u16, close: bool },
+    /// Not a response, or longer than a head may be: the response parser says why.
+    Bad,
+}
+
+impl Early {
+    /// A backend refusing the request: it answered with an error or is closing, so
+    /// the rest of the body is not wanted. (A success while the body still flows may
+    /// come from a full-duplex backend that reads on: the body keeps going to it.)
+    fn refuses(&self) -> bool {
+        match *self {
+            Early::Nothing => false,
+            Early::Final { status, close } => status >= 400 || close,
+            Early::Bad => true,
+        }
+    }
+}
+
+/// What `buf` (bytes a backend sent) starts with, after any interim `1xx` heads.
+fn early(buf: &[u8]) -> Early {
+    let mut at = 0;
+    while at < buf.len() {
+        let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut slots);
+        match r.parse(&buf[at..]) {
+            Ok(httparse::Status::Complete(n)) => match r.code {
+                Some(c) if (100..200).contains(&c) && c != 101 => at += n,
+                Some(status) => {
+                    let close = r.headers.iter().any(|h| {
+                        h.name.eq_ignore_ascii_case("connection")
+                            && h.value
+                                .split(|&b| b == b',')
+                                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                    });
+                    return Early::Final { status, close };
+                }
+                None => return Early::Bad,
+            },
+            Ok(httparse::Status::Partial) if buf.len() - at < h1::MAX_HEAD => break,
+            _ => return Early::Bad,
+        }
+    }
+    Early::Nothing
+}
+
 /// Stream the client's body to the backend with the framing of its head.
 async fn send_body(
     conn: &mut Conn,
@@ -369,19 +484,19 @@ async fn send_body(
                 if sent > n {
                     return Err(SendError::BodyLength);
                 }
-                conn.write_all(&data).await?;
+                conn.write_body(&data).await?;
             }
             ReqFraming::Chunked => {
                 out.clear();
                 h1::encode_chunk(&data, &mut out);
-                conn.write_all(&out).await?;
+                conn.write_body(&out).await?;
             }
             ReqFraming::Empty => {}
         }
     }
     match framing {
         ReqFraming::Length(n) if sent != n => Err(SendError::BodyLength),
-        ReqFraming::Chunked => Ok(conn.write_all(h1::LAST_CHUNK).await?),
+        ReqFraming::Chunked => conn.write_body(h1::LAST_CHUNK).await,
         _ => Ok(()),
     }
 }
@@ -1095,6 +1210,51 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(pool.open_connections(), 1, "the stale one is closed");
+    }
+
+    #[test]
+    fn early_answers_are_told_apart() {
+        assert_eq!(early(b""), Early::Nothing);
+        assert_eq!(
+            early(b"HTTP/1.1 413 Payload"),
+            Early::Nothing,
+            "part of a head"
+        );
+        assert_eq!(
+            early(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2"),
+            Early::Nothing,
+            "interim responses are skipped"
+        );
+        let e = early(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 Too Big\r\n\r\n");
+        assert_eq!(
+            e,
+            Early::Final {
+                status: 413,
+                close: false
+            }
+        );
+        assert!(e.refuses());
+        let ok = early(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        assert_eq!(
+            ok,
+            Early::Final {
+                status: 200,
+                close: false
+            }
+        );
+        assert!(!ok.refuses(), "a full-duplex backend may read on");
+        let closing = early(b"HTTP/1.1 302 Found\r\nConnection: keep-alive, Close\r\n\r\n");
+        assert_eq!(
+            closing,
+            Early::Final {
+                status: 302,
+                close: true
+            }
+        );
+        assert!(closing.refuses());
+        assert_eq!(early(b"SSH-2.0-OpenSSH\r\n\r\n"), Early::Bad);
+        let huge = [b"HTTP/1.1 200 OK\r\nX: ".as_slice(), &[b'a'; h1::MAX_HEAD]].concat();
+        assert_eq!(early(&huge), Early::Bad, "no end of head in sight");
     }
 
     #[tokio::test]
