@@ -64,6 +64,10 @@ set -euo pipefail
 
 # ---- settings -------------------------------------------------------------------
 
+# The command as given, for the report's header: taken before SCENARIOS and TARGETS
+# become arrays below (bash does not export arrays, so `env` would lose them).
+COMMAND_LINE="$(env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' | sort | tr '\n' ' ')bash bench/run.sh"
+
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-64}
@@ -1112,7 +1116,6 @@ print_summary() {
 }
 
 main() {
-    COMMAND_LINE="$(env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' | sort | tr '\n' ' ')bash bench/run.sh"
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     # How late an idle proxy CPU wakes up (stalls of the machine, not of a proxy).
     if [[ $PIN == 1 ]]; then
