@@ -345,7 +345,7 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
         mut body,
         ..
     } = req;
-    let mut early = false;
+    let mut answered_early = false;
     if framing != ReqFraming::Empty {
         match send_body(conn, &mut body, framing).await {
             Ok(()) => {}
@@ -355,7 +355,7 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
             // The backend answered before taking the whole body, and stopped reading
             // or closed: that answer is the response (what a client talking to the
             // backend directly would see), not a 502.
-            Err(_) if conn.read_early_answer().await => early = true,
+            Err(_) if conn.read_early_answer().await => answered_early = true,
             Err(e) => return Err(SendFailure::Sent(e)),
         }
     }
@@ -372,7 +372,7 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
                 }
                 // Part of the request body was never sent: the connection cannot
                 // carry another request.
-                Ok(Some(h)) if early => {
+                Ok(Some(h)) if answered_early => {
                     return Ok(Head {
                         keep_alive: false,
                         ..h
