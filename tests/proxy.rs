@@ -171,8 +171,11 @@ async fn large_bodies_stream_with_flat_memory() {
 /// A backend that refuses uploads before reading them: it answers a POST at once with
 /// `413`, leaving the body unread, and closes (as an app server rejecting an upload
 /// does), or for `/upload-hold` keeps the connection open for 15 s without reading.
-/// `/duplex` is answered `200` at once and its body then read to the end (counted in
-/// `duplex`), as a full-duplex backend does. GETs (health checks) get `200`.
+/// `/duplex` is answered `200` at once, with a [`DUPLEX_ANSWER`]-byte body sent while
+/// the request body is read to the end (counted in `duplex`), as a full-duplex backend
+/// does. GETs (health checks) get `200`.
+const DUPLEX_ANSWER: usize = 32 << 20;
+
 async fn refusing_backend(duplex: Arc<AtomicU64>) -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -198,18 +201,31 @@ async fn refusing_backend(duplex: Arc<AtomicU64>) -> std::net::SocketAddr {
                             .nth(1)
                             .and_then(|v| v.lines().next()?.trim().parse().ok())
                             .unwrap_or(0);
-                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                        if s.write_all(ok).await.is_err() {
-                            return;
-                        }
-                        let mut got = (buf.len() - end - 4) as u64;
-                        while got < len {
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                            match s.read(&mut chunk).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => got += n as u64,
+                        // The answer, a large one, goes out while the body comes in.
+                        let (mut rd, mut wr) = s.split();
+                        let answer = async {
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {DUPLEX_ANSWER}\r\n\r\n"
+                            );
+                            wr.write_all(head.as_bytes()).await?;
+                            let block = vec![b'a'; 64 * 1024];
+                            for _ in 0..DUPLEX_ANSWER / block.len() {
+                                wr.write_all(&block).await?;
                             }
-                        }
+                            Ok::<_, std::io::Error>(())
+                        };
+                        let body = async {
+                            let mut got = (buf.len() - end - 4) as u64;
+                            while got < len {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                match rd.read(&mut chunk).await {
+                                    Ok(0) | Err(_) => break,
+                                    Ok(n) => got += n as u64,
+                                }
+                            }
+                            got
+                        };
+                        let (_, got) = tokio::join!(answer, body);
                         duplex.store(got, Ordering::SeqCst);
                         return;
                     }
@@ -294,8 +310,20 @@ async fn a_backend_answering_before_the_upload_ends_is_heard() {
     // A success answered early is no refusal: a full-duplex backend, reading slowly,
     // gets the whole body, and the client the answer.
     let len = 8usize << 20;
+    let (rss_before, _) = lb.rss_kib();
     let (got, wrote) = raw_upload(lb.proxy, "/duplex", len);
-    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.starts_with("HTTP/1.1 200"),
+        "{}",
+        &got[..got.len().min(200)]
+    );
+    assert_eq!(got.len() - got.find("\r\n\r\n").unwrap() - 4, DUPLEX_ANSWER);
+    // Meanwhile its answer waited in the backend's socket, not in gearlb's memory.
+    let (_, peak) = lb.rss_kib();
+    assert!(
+        peak < rss_before + 16 * 1024,
+        "peak RSS {peak} KiB (before {rss_before} KiB)"
+    );
     assert_eq!(wrote, len, "the client could send it all");
     assert!(
         eventually(Duration::from_secs(10), || duplex.load(Ordering::SeqCst)

@@ -256,6 +256,10 @@ impl Conn {
         let mut at = 0;
         poll_fn(|cx| match self.poll_write_all(cx, data, &mut at) {
             Poll::Ready(r) => Poll::Ready(r.map_err(SendError::from)),
+            // A final answer that is no refusal (a full-duplex backend's success) is
+            // already here: its body waits in the backend's socket, not in this buffer,
+            // until the request body is sent and the response is read as usual.
+            Poll::Pending if early(&self.buf) != Early::Nothing => Poll::Pending,
             Poll::Pending => match self.poll_fill(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
