@@ -1115,6 +1115,50 @@ print_summary() {
     done
 }
 
+# Paired rounds: within a round the targets run back to back, so the ratio of a target
+# to REF in the same round leaves out the drift between rounds that the medians above
+# keep. Per scenario, metric and target: each round's ratio, their median, and in how
+# many rounds the target did better than REF.
+print_paired() {
+    local s v t col idx better
+    ((ROUNDS > 1)) || return 0
+    echo
+    echo "== paired rounds: target / $REF within each round (the targets of a round run back to back)"
+    for s in "${SCENARIOS[@]}"; do
+        for col in ${SCENARIO_METRIC[$s]} ${SCENARIO_METRIC2[$s]:-}; do
+            better=${SCENARIO_BETTER[$s]}
+            [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
+            idx=$(col_index "$s" "$col")
+            for v in ${SCENARIO_VARIANTS[$s]:--}; do
+                for t in "${TARGETS[@]}"; do
+                    [[ $t == "$REF" ]] && continue
+                    awk -F'\t' -v s="$s" -v v="$v" -v t="$t" -v ref="$REF" -v i="$idx" \
+                        -v better="$better" -v label="$s${SCENARIO_VARIANTS[$s]:+ $v}" -v col="$col" '
+                        function num(x) { return x != "-" && x != "?" && x != "" }
+                        $1 == s && $2 == v && $3 == t && num($i) { mine[$4] = $i }
+                        $1 == s && $2 == v && $3 == ref && num($i) { theirs[$4] = $i }
+                        END {
+                            n = 0; wins = 0; list = ""
+                            for (r = 1; r <= 1000; r++) {
+                                if (!(r in mine) || !(r in theirs) || theirs[r] + 0 <= 0) continue
+                                x = mine[r] / theirs[r]; q[++n] = x
+                                list = list sprintf("%s%.2f", n > 1 ? " " : "", x)
+                                if ((better == "higher" && x > 1) || (better == "lower" && x < 1)) wins++
+                            }
+                            if (n == 0) exit
+                            # insertion sort for the median
+                            for (a = 2; a <= n; a++) { k = q[a]; b = a - 1
+                                while (b > 0 && q[b] > k) { q[b + 1] = q[b]; b-- } q[b + 1] = k }
+                            med = n % 2 ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
+                            printf "%-24s %-8s %-14s median %.2fx (rounds: %s); %s better in %d of %d\n", \
+                                label, col, t, med, list, t, wins, n
+                        }' "$RESULTS"
+                done
+            done
+        done
+    done
+}
+
 main() {
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     # How late an idle proxy CPU wakes up (stalls of the machine, not of a proxy).
@@ -1169,6 +1213,7 @@ main() {
     print_header
     for s in "${SCENARIOS[@]}"; do print_scenario "$s"; done
     print_summary
+    print_paired
     echo
 
     ((FAILED == 0)) || die "some runs had errors (see above; raw output in $TMP)"
