@@ -334,6 +334,51 @@ async fn a_backend_answering_before_the_upload_ends_is_heard() {
     );
 }
 
+/// Most HTTP/1 clients, and the proxies in front of a gear, send a whole upload before
+/// they read the answer. When a gear refuses the upload early, gearlb answers and closes;
+/// it must read and drop the rest of the upload first (a lingering close): a socket
+/// closed with unread bytes sends a reset, which cuts the client's writes and loses the
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_its_whole_upload_first_still_gets_the_refusal() {
+    let addr = refusing_backend(Arc::new(AtomicU64::new(0))).await;
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("app", addr)], ""));
+    let proxy = lb.proxy;
+    // Far more than the socket buffers on both sides hold.
+    let len = 32usize << 20;
+    for path in ["/upload", "/upload-hold"] {
+        let (wrote, got) = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(proxy).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+            let mut sent = s.write_all(head.as_bytes());
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut wrote = 0;
+            while sent.is_ok() && wrote < len {
+                sent = s.write_all(&chunk);
+                wrote += chunk.len();
+            }
+            if let Err(e) = sent {
+                return (wrote, format!("write failed: {e}"));
+            }
+            // The answer, then the end of the connection.
+            let mut got = Vec::new();
+            match s.read_to_end(&mut got) {
+                Ok(_) => (wrote, String::from_utf8_lossy(&got).into_owned()),
+                Err(e) => (wrote, format!("read failed after {got:?}: {e}")),
+            }
+        })
+        .await
+        .unwrap();
+        assert!(got.starts_with("HTTP/1.1 413"), "{path}: {got}");
+        assert!(got.ends_with("too big\n"), "{path}: {got}");
+        assert_eq!(wrote, len, "{path}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_changes_under_load_fail_no_request() {
     let backends: Vec<TestBackend> = futures_join(4).await;

@@ -24,6 +24,15 @@
 //! last request had no body, and the bytes read last ended a request head (`\r\n\r\n`):
 //! a connection where any of this does not hold is simply not parked. TLS connections
 //! are never parked.
+//!
+//! Lingering close (as nginx's `lingering_close`): when hyper closes an HTTP/1
+//! connection whose last request had a body, that body may not have been read to its end
+//! (a gear refused the upload early, say). Closing a socket with unread bytes in it sends
+//! a reset, and a client still writing its upload, which reads the answer only once the
+//! upload is sent, would then lose the answer. So the write side is shut (the answer and
+//! a FIN go out), and whatever the client still sends is read and thrown away until it
+//! closes, or is silent for [`LINGER_READ`], or [`LINGER_TOTAL`] passed, or the balancer
+//! stops. TLS and HTTP/2 connections close at once.
 
 use std::convert::Infallible;
 use std::io;
@@ -55,6 +64,11 @@ pub const PARK_AFTER_MS: u64 = 500;
 
 /// How often a running connection's watchdog looks at it (parking, the stop).
 const TICK_MS: u64 = 500;
+
+/// Lingering close: the longest wait for the client's next bytes, and for all of them
+/// (nginx's `lingering_timeout` and `lingering_time`).
+const LINGER_READ: Duration = Duration::from_secs(5);
+const LINGER_TOTAL: Duration = Duration::from_secs(30);
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -161,23 +175,35 @@ impl ConnState {
     }
 }
 
+/// Why a socket wrapper handed its socket back to the connection task.
+enum Handback {
+    /// Idle: served again by a fresh HTTP/1 connection object on its next bytes.
+    Parked,
+    /// hyper closed the connection (its write side is shut): it closes, perhaps after a
+    /// lingering read (see the module docs).
+    Closed,
+}
+
 /// The client socket as hyper sees it: counts bytes, notes activity, and can hand the
 /// socket back ("park") when the connection is idle.
 pub(super) struct ClientIo<S> {
     inner: Option<S>,
     state: Arc<ConnState>,
-    /// Where the socket goes when parked; `None`: this connection never parks.
-    slot: Option<Arc<OnceLock<S>>>,
+    /// Where the socket goes when hyper lets go of it (parked or closed); `None`: this
+    /// connection never parks, and closes when hyper drops it.
+    slot: Option<Arc<OnceLock<(S, Handback)>>>,
     /// The last four bytes read.
     tail: [u8; 4],
     /// Bytes were written since the last completed flush.
     unflushed: bool,
     /// End-of-stream was reported to hyper to park the connection.
     parked: bool,
+    /// hyper shut the connection's write side: it is closing.
+    closed: bool,
 }
 
 impl<S> ClientIo<S> {
-    fn new(inner: S, state: Arc<ConnState>, slot: Option<Arc<OnceLock<S>>>) -> Self {
+    fn new(inner: S, state: Arc<ConnState>, slot: Option<Arc<OnceLock<(S, Handback)>>>) -> Self {
         ClientIo {
             inner: Some(inner),
             state,
@@ -186,6 +212,7 @@ impl<S> ClientIo<S> {
             tail: *b"\r\n\r\n",
             unflushed: false,
             parked: false,
+            closed: false,
         }
     }
 
@@ -245,10 +272,15 @@ fn ends_head(tail: &[u8; 4]) -> bool {
 
 impl<S> Drop for ClientIo<S> {
     fn drop(&mut self) {
-        if self.parked {
-            if let (Some(slot), Some(inner)) = (&self.slot, self.inner.take()) {
-                let _ = slot.set(inner);
-            }
+        let why = if self.parked {
+            Handback::Parked
+        } else if self.closed {
+            Handback::Closed
+        } else {
+            return;
+        };
+        if let (Some(slot), Some(inner)) = (&self.slot, self.inner.take()) {
+            let _ = slot.set((inner, why));
         }
     }
 }
@@ -333,7 +365,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
             // hyper closing its side of a parked connection: the socket stays open.
             return Poll::Ready(Ok(()));
         }
-        Pin::new(this.inner()?).poll_shutdown(cx)
+        let r = Pin::new(this.inner()?).poll_shutdown(cx);
+        if let Poll::Ready(Ok(())) = r {
+            this.closed = true;
+        }
+        r
     }
 }
 
@@ -350,6 +386,26 @@ impl<'a> ParkedGauge<'a> {
 impl Drop for ParkedGauge<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Read and throw away what the peer still sends, until it closes, is silent for
+/// `read_wait`, or `total` passed (the lingering close, see the module docs). Returns
+/// the bytes thrown away.
+async fn linger<S: AsyncRead + Unpin>(s: &mut S, read_wait: Duration, total: Duration) -> u64 {
+    use tokio::io::AsyncReadExt;
+    let end = Instant::now() + total;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0;
+    loop {
+        let wait = read_wait.min(end.saturating_duration_since(Instant::now()));
+        if wait.is_zero() {
+            return got;
+        }
+        match tokio::time::timeout(wait, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got += n as u64,
+            _ => return got,
+        }
     }
 }
 
@@ -476,7 +532,7 @@ pub(super) async fn serve_connection(
     let mut _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
     let mut detected = !settings.h2c;
     let mut h1_conn = None;
-    let mut h1_slot: Option<Arc<OnceLock<TcpStream>>> = None;
+    let mut h1_slot: Option<Arc<OnceLock<(TcpStream, Handback)>>> = None;
     let mut other_conn = None;
     let watchdog = tokio::time::sleep_until(at(clock.now_ms() + head_ms.min(client_ms)));
     tokio::pin!(watchdog);
@@ -602,7 +658,7 @@ pub(super) async fn serve_connection(
             debug!(client = %state.client.peer, error = %e, "client connection ended with an error");
         }
         // Dropping the connection object drops the socket wrapper, which hands a parked
-        // socket back through the slot.
+        // or closed socket back through the slot.
         h1_conn = None;
         other_conn = None;
         match h1_slot
@@ -611,7 +667,22 @@ pub(super) async fn serve_connection(
             .and_then(Arc::get_mut)
             .and_then(OnceLock::take)
         {
-            Some(stream) if !stopping => {
+            Some((mut stream, Handback::Closed)) if state.last_had_body.load(Ordering::Relaxed) => {
+                // Boxed: the connection's own future stays small.
+                let thrown = tokio::select! {
+                    n = Box::pin(linger(&mut stream, LINGER_READ, LINGER_TOTAL)) => n,
+                    _ = shutdown.cancelled() => 0,
+                };
+                if thrown > 0 {
+                    ctx.stats
+                        .traffic
+                        .received
+                        .fetch_add(thrown, Ordering::Relaxed);
+                    debug!(client = %state.client.peer, bytes = thrown, "lingering close: the rest of an upload read and dropped");
+                }
+                return;
+            }
+            Some((stream, Handback::Parked)) if !stopping => {
                 parked = Some(stream);
                 _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
                 let next = check_deadlines(&state, clock.now_ms(), client_ms, Some(head_ms));
@@ -753,6 +824,50 @@ mod tests {
         let fut = serve_connection(&ctx, s, peer, 80, CancellationToken::new());
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "connection future is {size} bytes");
+    }
+
+    /// The lingering read ends when the client closes, falls silent, or takes too long,
+    /// whichever comes first, and reads everything the client sent meanwhile.
+    #[tokio::test(start_paused = true)]
+    async fn lingering_ends_on_close_silence_or_the_total_time() {
+        use tokio::io::AsyncWriteExt;
+        let (read_wait, total) = (Duration::from_secs(5), Duration::from_secs(30));
+
+        // The rest of an upload, then the client's close: all of it read, at once.
+        let (mut ours, mut client) = tokio::io::duplex(1024);
+        let sender = tokio::spawn(async move {
+            for _ in 0..100 {
+                client.write_all(&[b'x'; 1000]).await.unwrap();
+            }
+        });
+        let t = Instant::now();
+        assert_eq!(linger(&mut ours, read_wait, total).await, 100_000);
+        assert!(t.elapsed() < Duration::from_millis(1));
+        sender.await.unwrap();
+
+        // A client that keeps the connection open and sends nothing: one read wait.
+        let (mut ours, _client) = tokio::io::duplex(1024);
+        let t = Instant::now();
+        assert_eq!(linger(&mut ours, read_wait, total).await, 0);
+        assert_eq!(t.elapsed(), read_wait);
+
+        // A client that trickles bytes for ever (every 4 s, within the read wait): cut
+        // at the total time.
+        let (mut ours, mut client) = tokio::io::duplex(1024);
+        let trickle = tokio::spawn(async move {
+            for _ in 0..1000 {
+                if client.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(4)).await;
+            }
+        });
+        let t = Instant::now();
+        let got = linger(&mut ours, read_wait, total).await;
+        assert_eq!(t.elapsed(), total);
+        assert_eq!(got, 8, "bytes at 0, 4, ... 28 s");
+        drop(ours);
+        trickle.await.unwrap();
     }
 
     #[test]
