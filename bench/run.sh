@@ -1156,6 +1156,29 @@ print_paired() {
                 done
             done
         done
+        if [[ $s == many_backends ]]; then
+            idx=$(col_index "$s" "${SCENARIO_METRIC[$s]}")
+            for t in "${TARGETS[@]}"; do
+                awk -F'\t' -v t="$t" -v i="$idx" -v n="N=$MANY_N" '
+                    $1 == "many_backends" && $3 == t && $2 == "N=3" && $i + 0 > 0 { few[$4] = $i }
+                    $1 == "many_backends" && $3 == t && $2 == n { many[$4] = $i }
+                    END {
+                        k = 0; within = 0; list = ""
+                        for (r = 1; r <= 1000; r++) {
+                            if (!(r in few) || !(r in many)) continue
+                            x = many[r] / few[r]; q[++k] = x
+                            list = list sprintf("%s%.3f", k > 1 ? " " : "", x)
+                            if (x >= 0.95) within++
+                        }
+                        if (k == 0) exit
+                        for (a = 2; a <= k; a++) { y = q[a]; b = a - 1
+                            while (b > 0 && q[b] > y) { q[b + 1] = q[b]; b-- } q[b + 1] = y }
+                        med = k % 2 ? q[(k + 1) / 2] : (q[k / 2] + q[k / 2 + 1]) / 2
+                        printf "%-24s %-8s %-14s %s / N=3 within each round: median %.3f (rounds: %s); no more than 5%% slower in %d of %d\n", \
+                            "many_backends", "req/s", t, n, med, list, within, k
+                    }' "$RESULTS"
+            done
+        fi
     done
 }
 
