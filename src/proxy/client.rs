@@ -395,7 +395,9 @@ impl Drop for ParkedGauge<'_> {
 async fn linger<S: AsyncRead + Unpin>(s: &mut S, read_wait: Duration, total: Duration) -> u64 {
     use tokio::io::AsyncReadExt;
     let end = Instant::now() + total;
-    let mut buf = vec![0u8; 64 * 1024];
+    // Small: a lingering connection holds it for up to `total`, and there may be as
+    // many of them as `limits.max_connections`.
+    let mut buf = vec![0u8; 8 * 1024];
     let mut got = 0;
     loop {
         let wait = read_wait.min(end.saturating_duration_since(Instant::now()));
