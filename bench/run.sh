@@ -1065,8 +1065,14 @@ col_index() {
         'BEGIN { n = split(cols, c, " "); for (i = 1; i <= n; i++) if (c[i] == want) print i + 4 }'
 }
 
+# metric_columns SCENARIO: "COLUMN BETTER" for each column the summaries compare.
+metric_columns() {
+    echo "${SCENARIO_METRIC[$1]} ${SCENARIO_BETTER[$1]}"
+    [[ -z ${SCENARIO_METRIC2[$1]:-} ]] || echo "${SCENARIO_METRIC2[$1]} ${SCENARIO_BETTER2[$1]}"
+}
+
 print_summary() {
-    local s v t col idx better ref_val val ratio line
+    local s v t m col idx better ref_val val ratio line metrics
     echo
     echo "== summary: median over $ROUNDS round(s); ratio = target / $REF"
     printf '%-24s %-14s %-7s' "scenario" "metric" "better"
@@ -1074,9 +1080,9 @@ print_summary() {
     for t in "${TARGETS[@]}"; do [[ $t == "$REF" ]] || printf ' %14s' "$t/ref"; done
     echo
     for s in "${SCENARIOS[@]}"; do
-        for col in ${SCENARIO_METRIC[$s]} ${SCENARIO_METRIC2[$s]:-}; do
-            better=${SCENARIO_BETTER[$s]}
-            [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
+        mapfile -t metrics < <(metric_columns "$s")
+        for m in "${metrics[@]}"; do
+            read -r col better <<<"$m"
             idx=$(col_index "$s" "$col")
             for v in ${SCENARIO_VARIANTS[$s]:--}; do
                 line=$(printf '%-24s %-14s %-7s' "$s${SCENARIO_VARIANTS[$s]:+ $v}" "$col" "$better")
@@ -1120,14 +1126,14 @@ print_summary() {
 # keep. Per scenario, metric and target: each round's ratio, their median, and in how
 # many rounds the target did better than REF.
 print_paired() {
-    local s v t col idx better
+    local s v t m col idx better metrics
     ((ROUNDS > 1)) || return 0
     echo
     echo "== paired rounds: target / $REF within each round (the targets of a round run back to back)"
     for s in "${SCENARIOS[@]}"; do
-        for col in ${SCENARIO_METRIC[$s]} ${SCENARIO_METRIC2[$s]:-}; do
-            better=${SCENARIO_BETTER[$s]}
-            [[ $col == "${SCENARIO_METRIC[$s]}" ]] || better=${SCENARIO_BETTER2[$s]}
+        mapfile -t metrics < <(metric_columns "$s")
+        for m in "${metrics[@]}"; do
+            read -r col better <<<"$m"
             idx=$(col_index "$s" "$col")
             for v in ${SCENARIO_VARIANTS[$s]:--}; do
                 for t in "${TARGETS[@]}"; do
