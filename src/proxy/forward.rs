@@ -168,8 +168,8 @@ pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode
     let chunked = h
         .get_all(header::TRANSFER_ENCODING)
         .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .filter(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        .flat_map(|v| super::h1::tokens(v.as_bytes()))
+        .filter(|t| t.eq_ignore_ascii_case(b"chunked"))
         .count();
     if chunked > 1 {
         return Some((StatusCode::BAD_REQUEST, "chunked applied more than once"));

@@ -187,8 +187,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
 
     let mut keep_alive = version == Version::HTTP_11;
     for v in headers.get_all(header::CONNECTION) {
-        for t in v.as_bytes().split(|&b| b == b',') {
-            let t = t.trim_ascii();
+        for t in tokens(v.as_bytes()) {
             if t.eq_ignore_ascii_case(b"close") {
                 keep_alive = false;
             } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
@@ -235,12 +234,17 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     }))
 }
 
+/// The items of a comma-separated header value (`Connection`, say), trimmed.
+pub fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
 fn last_coding_is_chunked(h: &HeaderMap) -> bool {
     h.get_all(header::TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.as_bytes().split(|&b| b == b',').next_back())
-        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+        .and_then(|v| tokens(v.as_bytes()).next_back())
+        .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
 }
 
 /// The message's `Content-Length`: every value (and list element) must be the same
@@ -248,8 +252,7 @@ fn last_coding_is_chunked(h: &HeaderMap) -> bool {
 fn content_length(h: &HeaderMap) -> Result<Option<u64>, ParseError> {
     let mut found = None;
     for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|&b| b == b',') {
-            let part = part.trim_ascii();
+        for part in tokens(v.as_bytes()) {
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(ParseError::Length);
             }

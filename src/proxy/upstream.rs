@@ -449,9 +449,7 @@ fn early(buf: &[u8]) -> Early {
                 Some(status) => {
                     let close = r.headers.iter().any(|h| {
                         h.name.eq_ignore_ascii_case("connection")
-                            && h.value
-                                .split(|&b| b == b',')
-                                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                            && h1::tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"close"))
                     });
                     return Early::Final { status, close };
                 }
