@@ -255,6 +255,29 @@ async fn refusing_backend(duplex: Arc<AtomicU64>) -> std::net::SocketAddr {
     addr
 }
 
+/// Write a POST of `len` body bytes to `path`: how many body bytes went out, and the
+/// error that stopped the writes, if one did.
+fn write_upload(
+    w: &mut impl std::io::Write,
+    path: &str,
+    len: usize,
+) -> (usize, std::io::Result<()>) {
+    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+    if let Err(e) = w.write_all(head.as_bytes()) {
+        return (0, Err(e));
+    }
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut wrote = 0;
+    while wrote < len {
+        let n = (len - wrote).min(chunk.len());
+        if let Err(e) = w.write_all(&chunk[..n]) {
+            return (wrote, Err(e));
+        }
+        wrote += n;
+    }
+    (wrote, Ok(()))
+}
+
 /// POST `len` bytes to `path` on a raw connection, writing from one thread while the
 /// response is read on another: the response, and how many body bytes were written
 /// before the connection would take no more.
@@ -262,21 +285,8 @@ fn raw_upload(addr: std::net::SocketAddr, path: &str, len: usize) -> (String, us
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
-    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        let _ = w.write_all(head.as_bytes());
-        let chunk = vec![b'x'; 64 * 1024];
-        let mut wrote = 0;
-        while wrote < len {
-            let n = (len - wrote).min(chunk.len());
-            if w.write_all(&chunk[..n]).is_err() {
-                break;
-            }
-            wrote += n;
-        }
-        wrote
-    });
+    let path = path.to_string();
+    let writer = std::thread::spawn(move || write_upload(&mut w, &path, len).0);
     let got = read_response(&mut s, &mut Vec::new());
     let wrote = writer.join().unwrap();
     (got, wrote)
@@ -349,18 +359,11 @@ async fn a_client_that_sends_its_whole_upload_first_still_gets_the_refusal() {
     let len = 32usize << 20;
     for path in ["/upload", "/upload-hold"] {
         let (wrote, got) = tokio::task::spawn_blocking(move || {
-            use std::io::{Read, Write};
+            use std::io::Read;
             let mut s = std::net::TcpStream::connect(proxy).unwrap();
             s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-            let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
-            let mut sent = s.write_all(head.as_bytes());
-            let chunk = vec![b'x'; 64 * 1024];
-            let mut wrote = 0;
-            while sent.is_ok() && wrote < len {
-                sent = s.write_all(&chunk);
-                wrote += chunk.len();
-            }
+            let (wrote, sent) = write_upload(&mut s, path, len);
             if let Err(e) = sent {
                 return (wrote, format!("write failed: {e}"));
             }
