@@ -11,7 +11,7 @@
 //! Retries: a backend that cannot be reached is replaced by another (any request: its
 //! body was not sent), up to `proxy.retries`; an idempotent request without a body is
 //! also replayed elsewhere when the backend fails before answering. Everything else gets
-//! 502. Failures on real traffic are counted per backend and eject it after
+//! 502, so it only goes into a pooled connection the kernel says is still open. Failures on real traffic are counted per backend and eject it after
 //! `health.fall` in a row (see `health`).
 //!
 //! Timeouts: `request_header` (the request head must arrive within it; this also bounds
@@ -59,7 +59,7 @@ pub use body::ProxyBody;
 use client::ConnState;
 use h1::ReqFraming;
 use io::Clock;
-use upstream::{Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
+use upstream::{Check, Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
 #[derive(Clone, Debug)]
@@ -539,6 +539,14 @@ async fn forward(
             body: ReqBody::Empty,
         })
     });
+    // A request that cannot be replayed must not be written into a pooled connection
+    // the backend has just closed: those are checked with the kernel, not only with
+    // the readiness the runtime recorded.
+    let check = if replay.is_some() {
+        Check::Recorded
+    } else {
+        Check::Kernel
+    };
     let pending = (!empty).then(|| upstream::Pending::new(&conn.uploads));
     let mut req = Outgoing {
         head,
@@ -564,7 +572,7 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(conn, settings, &backend, req).await {
+        match send_once(conn, settings, &backend, req, check).await {
             Ok((head, conn)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
@@ -619,10 +627,11 @@ async fn send_once(
     settings: &Settings,
     backend: &Arc<Backend>,
     mut req: Outgoing,
+    check: Check,
 ) -> Result<(h1::Head, Conn), Failed> {
     let t = &settings.timeouts;
     loop {
-        let (mut up, fresh) = match backend.pool.checkout_idle(t.upstream_idle) {
+        let (mut up, fresh) = match backend.pool.checkout_idle(t.upstream_idle, check) {
             Some(c) => (c, false),
             None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
                 Ok(c) => {

@@ -7,7 +7,8 @@
 //! the socket (hyper's client connection would add both to every request). A pooled
 //! connection is owned by nobody while idle; that the backend closed it is seen when it
 //! is taken again, from the readiness the runtime already recorded (no system call for a
-//! healthy one), or by the background sweep.
+//! healthy one; a request that cannot be replayed also asks the kernel, see [`Check`]),
+//! or by the background sweep.
 //!
 //! Why not hyper-util's pooled client: it keys one shared pool by host with no way to
 //! close one backend's idle connections (drain needs that), and it merges "could not
@@ -303,6 +304,19 @@ impl Conn {
         }
         let mut b = [0u8; 1];
         matches!(self.io.get_ref().try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Asks the kernel, whatever the runtime recorded: is the socket still open, with
+    /// nothing to read? A close that reached the socket after the runtime last polled
+    /// its events (a busy worker polls them every few dozen tasks) is seen here, and
+    /// [`Self::idle_ok`] would miss it. One `recv(MSG_PEEK | MSG_DONTWAIT)`.
+    fn open_now(&self) -> bool {
+        use rustix::net::{recv, RecvFlags};
+        let mut b = [0u8; 1];
+        matches!(
+            recv(self.io.get_ref(), &mut b[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK
+        )
     }
 
     /// The socket, and the bytes already read from it, for a tunnel after `101`.
@@ -637,6 +651,21 @@ impl Idle {
     }
 }
 
+/// How closely [`Pool::checkout_idle`] looks at a pooled connection before handing it
+/// out. A backend may close an idle connection at any moment (its keep-alive timeout, a
+/// restart, a crash); a request written into it then fails with no answer, and only a
+/// request that may be sent again survives that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The readiness the runtime recorded: no system call for a healthy connection, but
+    /// a close that arrived since the runtime last polled its events goes unseen. For
+    /// requests that are replayed elsewhere if the connection turns out dead.
+    Recorded,
+    /// Also ask the kernel (one system call): for requests that cannot be replayed (a
+    /// `POST`, any request with a body), which would otherwise fail with `502`.
+    Kernel,
+}
+
 /// The connection pool of one backend.
 pub struct Pool {
     /// `None` when pooling is off (`limits.max_idle_per_backend = 0`).
@@ -737,13 +766,14 @@ impl Pool {
     }
 
     /// An idle connection ready for a request, if one is pooled and fresher than
-    /// `max_age`. Stale and closed connections met on the way are dropped.
-    pub fn checkout_idle(&self, max_age: Duration) -> Option<Conn> {
+    /// `max_age`, looked at as `check` says. Stale and closed connections met on the
+    /// way are dropped.
+    pub fn checkout_idle(&self, max_age: Duration, check: Check) -> Option<Conn> {
         let q = self.idle.as_ref()?;
         // Bounded: at most what the queue held when we started.
         for _ in 0..q.len() {
             let mut idle = q.pop()?;
-            if !idle.is_stale(max_age) {
+            if !idle.is_stale(max_age) && (check == Check::Recorded || idle.conn.open_now()) {
                 return Some(idle.conn);
             }
             // dropped: closes the connection
@@ -878,7 +908,7 @@ mod tests {
         assert_eq!(&got[..], b"ok");
         pool.checkin(s.expect("reusable"));
         let s = pool
-            .checkout_idle(Duration::from_secs(10))
+            .checkout_idle(Duration::from_secs(10), Check::Recorded)
             .expect("pooled connection");
         let (got, s) = get(s).await;
         assert_eq!(&got[..], b"ok");
@@ -1067,7 +1097,9 @@ mod tests {
             1,
             "new connections survive the old kill"
         );
-        let s = pool.checkout_idle(Duration::from_secs(10)).unwrap();
+        let s = pool
+            .checkout_idle(Duration::from_secs(10), Check::Recorded)
+            .unwrap();
         let (got, _) = get(s).await;
         assert_eq!(&got[..], b"ok");
     }
@@ -1085,8 +1117,47 @@ mod tests {
         pool.checkin(s.expect("the response allowed reuse"));
         // The backend's close reaches the runtime's readiness for the socket.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(pool.checkout_idle(Duration::from_secs(10)).is_none());
+        assert!(pool
+            .checkout_idle(Duration::from_secs(10), Check::Recorded)
+            .is_none());
         wait_open(&pool, 0).await;
+    }
+
+    #[tokio::test]
+    async fn a_close_the_runtime_has_not_seen_yet_is_caught_by_asking_the_kernel() {
+        // A backend on a thread of its own, so that it closes while this test's runtime
+        // (one thread) is not polling its events.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (close, closing) = std::sync::mpsc::channel::<()>();
+        let backend = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+            closing.recv().unwrap();
+        });
+        let pool = Pool::new(4);
+        let s = pool
+            .connect(&addr.into(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let (got, s) = get(s).await;
+        assert_eq!(&got[..], b"ok");
+        pool.checkin(s.expect("reusable"));
+        // Taken and returned: the readiness left by the response is used up.
+        let s = pool.checkout_idle(Duration::from_secs(10), Check::Kernel);
+        pool.checkin(s.expect("open, idle"));
+
+        close.send(()).unwrap();
+        backend.join().unwrap();
+        // No `.await` since the close: the runtime has not seen it, the kernel has.
+        assert!(pool
+            .checkout_idle(Duration::from_secs(10), Check::Kernel)
+            .is_none());
+        assert_eq!(pool.open_connections(), 0, "the closed one was dropped");
     }
 
     #[tokio::test]
@@ -1184,7 +1255,9 @@ mod tests {
             .unwrap();
         pool.checkin(s);
         tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(pool.checkout_idle(Duration::from_millis(10)).is_none());
+        assert!(pool
+            .checkout_idle(Duration::from_millis(10), Check::Recorded)
+            .is_none());
         assert_eq!(pool.idle_connections(), 0);
     }
 
