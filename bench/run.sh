@@ -66,7 +66,8 @@ set -euo pipefail
 
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
-COMMAND_LINE="$(env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' | sort | tr '\n' ' ')bash bench/run.sh"
+# With none of them set, grep finds nothing: not an error.
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
