@@ -984,7 +984,7 @@ print_header() {
     else
         echo "pinning:   off"
     fi
-    echo "rounds:    $ROUNDS, targets alternating: ${TARGETS[*]}"
+    echo "rounds:    $ROUNDS, targets alternating: ${TARGETS[*]} (odd rounds in this order, even rounds reversed)"
 }
 
 ROW=""
@@ -1157,8 +1157,18 @@ print_paired() {
                             for (a = 2; a <= n; a++) { k = q[a]; b = a - 1
                                 while (b > 0 && q[b] > k) { q[b + 1] = q[b]; b-- } q[b + 1] = k }
                             med = n % 2 ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
-                            printf "%-24s %-8s %-14s median %.2fx (rounds: %s); %s better in %d of %d\n", \
-                                label, col, t, med, list, t, wins, n
+                            # Interval of the median ratio, with no assumption on the noise:
+                            # [q[k], q[n+1-k]] holds it with probability 1 - 2 P(Bin(n, 1/2) < k);
+                            # the narrowest such interval with at least 90%.
+                            ci = "too few rounds for a 90% interval"
+                            tail = 0; c = 1
+                            for (k = 1; 2 * k <= n; k++) {
+                                tail += c / 2 ^ n; c = c * (n - k + 1) / k
+                                if (1 - 2 * tail < 0.9) break
+                                ci = sprintf("%.0f%% interval %.2fx-%.2fx", 100 * (1 - 2 * tail), q[k], q[n + 1 - k])
+                            }
+                            printf "%-24s %-8s %-14s median %.2fx (rounds: %s); %s; %s better in %d of %d\n", \
+                                label, col, t, med, list, ci, t, wins, n
                         }' "$RESULTS"
                 done
             done
@@ -1197,7 +1207,7 @@ main() {
     else
         WAKEUPS="$(python3 "$SCRIPT_DIR/wakeup_latency.py" 5)"
     fi
-    local s t v round
+    local s t v round order
     for s in "${SCENARIOS[@]}"; do
         declare -F "scenario_$s" >/dev/null || die "unknown scenario '$s' (known: $ALL_SCENARIOS)"
     done
@@ -1231,7 +1241,12 @@ main() {
         read -r -a variants <<<"${SCENARIO_VARIANTS[$s]:-}"
         ((${#variants[@]} > 0)) || variants=("")
         for ((round = 1; round <= ROUNDS; round++)); do
-            for t in "${stargets[@]}"; do
+            # Counterbalanced: odd rounds run the targets in the order given, even rounds
+            # in reverse, so that no target always runs first, or right after the same
+            # one (haproxy-close leaves thousands of sockets in TIME_WAIT behind it).
+            order=("${stargets[@]}")
+            ((round % 2)) || mapfile -t order < <(printf '%s\n' "${stargets[@]}" | tac)
+            for t in "${order[@]}"; do
                 for v in "${variants[@]}"; do
                     run_one "$s" "$v" "$t" "$round"
                 done
