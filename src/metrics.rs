@@ -295,6 +295,14 @@ impl Collector for CoreCollector {
         )?;
         family(
             e,
+            "gearlb_backend_connections_opened",
+            "Connections opened to the backend for requests. Against gearlb_backend_requests: \
+             the share of requests that found no pooled connection to reuse.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.stats.connections_opened)),
+        )?;
+        family(
+            e,
             "gearlb_backend_connections_idle",
             "Idle pooled connections to the backend.",
             MetricType::Gauge,

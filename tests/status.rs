@@ -579,6 +579,7 @@ async fn metrics_parse_and_count() {
         ("gearlb_backend_responses", "counter"),
         ("gearlb_backend_errors", "counter"),
         ("gearlb_backend_requests_in_flight", "gauge"),
+        ("gearlb_backend_connections_opened", "counter"),
         ("gearlb_backend_state", "gauge"),
         ("gearlb_backend_in_subset", "gauge"),
         ("gearlb_backend_health_checks", "counter"),
@@ -620,6 +621,11 @@ async fn metrics_parse_and_count() {
             &[("backend", "web1"), ("class", "2xx")]
         ),
         5.0
+    );
+    // One after the other, the five requests share one pooled backend connection.
+    assert_eq!(
+        value("gearlb_backend_connections_opened", &[("backend", "web1")]),
+        1.0
     );
     assert_eq!(value("gearlb_frontend_responses", &[("class", "2xx")]), 5.0);
     assert_eq!(
