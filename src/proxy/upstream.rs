@@ -896,17 +896,22 @@ mod tests {
         (got.freeze(), body.take_reusable())
     }
 
-    #[tokio::test]
-    async fn connections_are_reused_after_a_full_response() {
-        let (addr, accepted) = backend().await;
-        let pool = Pool::new(4);
+    /// A new connection to `addr` that answered one GET with `ok`, put back in `pool`.
+    async fn pool_one(pool: &Pool, addr: std::net::SocketAddr) {
         let s = pool
             .connect(&addr.into(), Duration::from_secs(1))
             .await
             .unwrap();
         let (got, s) = get(s).await;
         assert_eq!(&got[..], b"ok");
-        pool.checkin(s.expect("reusable"));
+        pool.checkin(s.expect("the response allowed reuse"));
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused_after_a_full_response() {
+        let (addr, accepted) = backend().await;
+        let pool = Pool::new(4);
+        pool_one(&pool, addr).await;
         let s = pool
             .checkout_idle(Duration::from_secs(10), Check::Recorded)
             .expect("pooled connection");
@@ -1108,13 +1113,7 @@ mod tests {
     async fn a_pooled_connection_the_backend_closed_is_not_handed_out() {
         let addr = scripted_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", true).await;
         let pool = Pool::new(4);
-        let s = pool
-            .connect(&addr.into(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        let (got, s) = get(s).await;
-        assert_eq!(&got[..], b"ok");
-        pool.checkin(s.expect("the response allowed reuse"));
+        pool_one(&pool, addr).await;
         // The backend's close reaches the runtime's readiness for the socket.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(pool
@@ -1140,13 +1139,7 @@ mod tests {
             closing.recv().unwrap();
         });
         let pool = Pool::new(4);
-        let s = pool
-            .connect(&addr.into(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        let (got, s) = get(s).await;
-        assert_eq!(&got[..], b"ok");
-        pool.checkin(s.expect("reusable"));
+        pool_one(&pool, addr).await;
         // Taken and returned: the readiness left by the response is used up.
         let s = pool.checkout_idle(Duration::from_secs(10), Check::Kernel);
         pool.checkin(s.expect("open, idle"));
