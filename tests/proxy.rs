@@ -113,6 +113,113 @@ async fn dead_backend_gives_502_not_a_hang() {
     assert_eq!(got.status, 502);
 }
 
+/// A gear that answers the first request of each connection, and closes the connection
+/// without an answer when a later request on it asks for `/vanish`: a keep-alive
+/// connection the gear closes just as the balancer reuses it. Counts those closes, and
+/// every request it read by method.
+async fn vanishing_backend(
+    vanished: Arc<AtomicU64>,
+    posts: Arc<AtomicU64>,
+) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (vanished, posts) = (vanished.clone(), posts.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut served = 0;
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end + 4);
+                    if head.starts_with("POST ") {
+                        posts.fetch_add(1, Ordering::SeqCst);
+                        // The test's POSTs carry no body.
+                    }
+                    if served > 0 && head.contains(" /vanish ") {
+                        vanished.fetch_add(1, Ordering::SeqCst);
+                        return; // closed, nothing answered
+                    }
+                    served += 1;
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if s.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_on_a_pooled_connection_the_gear_closes_is_sent_again_a_post_is_not() {
+    let (vanished, posts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let gear = vanishing_backend(vanished.clone(), posts.clone()).await;
+    let dir = workdir();
+    // One gear: there is nowhere else to replay the GET.
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("web1", gear)], ""));
+    let c = client();
+    let req = |m: http::Method, path: &str| {
+        http::Request::builder()
+            .method(m)
+            .uri(format!("http://{}{path}", lb.proxy))
+            .body(full(""))
+            .unwrap()
+    };
+    // The first request leaves a pooled connection; the GET meets it closing.
+    assert_eq!(
+        send(&c, req(http::Method::GET, "/first"))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let got = send(&c, req(http::Method::GET, "/vanish")).await.unwrap();
+    assert_eq!(
+        vanished.load(Ordering::SeqCst),
+        1,
+        "the race did not happen"
+    );
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(got.text(), "ok");
+
+    // A POST is never sent twice: it meets the same race and gets 502.
+    assert_eq!(
+        send(&c, req(http::Method::GET, "/first"))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let got = send(&c, req(http::Method::POST, "/vanish")).await.unwrap();
+    assert_eq!(
+        vanished.load(Ordering::SeqCst),
+        2,
+        "the race did not happen"
+    );
+    assert_eq!(got.status, 502);
+    assert_eq!(posts.load(Ordering::SeqCst), 1);
+
+    // The gear was not blamed for the GET's race: it is up and counted one error only
+    // (the POST's).
+    assert_eq!(backend_state(&lb, "web1"), "up");
+    let metrics = get(lb.status, "/metrics", &[]).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"gearlb_backend_errors_total{backend="web1",kind="response"} 1"#),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_backend_times_out_with_504() {
     let b = TestBackend::start("slow").await;

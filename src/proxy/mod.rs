@@ -11,7 +11,10 @@
 //! Retries: a backend that cannot be reached is replaced by another (any request: its
 //! body was not sent), up to `proxy.retries`; an idempotent request without a body is
 //! also replayed elsewhere when the backend fails before answering. Everything else gets
-//! 502, so it only goes into a pooled connection the kernel says is still open. Failures on real traffic are counted per backend and eject it after
+//! 502, so it only goes into a pooled connection the kernel says is still open. A pooled
+//! connection the backend closes just as a request goes out (nothing answered) is not
+//! the backend's failure: a request that can be replayed is sent again, once, on a new
+//! connection to the same backend. Failures on real traffic are counted per backend and eject it after
 //! `health.fall` in a row (see `health`).
 //!
 //! Timeouts: `request_header` (the request head must arrive within it; this also bounds
@@ -572,7 +575,7 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(conn, settings, &backend, req, check).await {
+        match send_once(conn, settings, &backend, req, check, replay.as_ref()).await {
             Ok((head, conn)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
@@ -622,16 +625,31 @@ async fn forward(
 
 /// One attempt on one backend: a pooled connection (one the backend closed meanwhile
 /// hands the request back untouched, so try the next) or a new one, then the request.
+///
+/// A pooled connection can also be closed by the backend while the request goes out
+/// (its keep-alive timeout, a restart): the request is written and nothing comes back.
+/// A request that can be `replay`ed is then sent again, once, on a new connection to
+/// the same backend, and the backend is not blamed (as nginx does for its cached
+/// connections). Without this, with one gear or `proxy.retries = 0`, a GET would get a
+/// 502 for a race of the connection's, not a fault of the gear's.
 async fn send_once(
     conn: &ConnState,
     settings: &Settings,
     backend: &Arc<Backend>,
     mut req: Outgoing,
     check: Check,
+    replay: Option<&Replay>,
 ) -> Result<(h1::Head, Conn), Failed> {
     let t = &settings.timeouts;
+    // Sent again already after a pooled connection closed under it: new connections only.
+    let mut resent = false;
     loop {
-        let (mut up, fresh) = match backend.pool.checkout_idle(t.upstream_idle, check) {
+        let pooled = if resent {
+            None
+        } else {
+            backend.pool.checkout_idle(t.upstream_idle, check)
+        };
+        let (mut up, fresh) = match pooled {
             Some(c) => (c, false),
             None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
                 Ok(c) => {
@@ -666,6 +684,19 @@ async fn send_once(
                 .map_err(|_| ())
         };
         drop(waiting);
+        let resend = if fresh || resent || !up.answered_nothing() {
+            None
+        } else {
+            replay
+        };
+        if let (Some(r), Ok(Err(SendFailure::Sent(e @ (SendError::Closed | SendError::Io(_)))))) =
+            (resend, &sent)
+        {
+            debug!(backend = %backend.name(), error = %e, "pooled connection closed under the request, sending it again on a new one");
+            resent = true;
+            req = r.request();
+            continue;
+        }
         match sent {
             Err(_) => {
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);

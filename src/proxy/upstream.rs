@@ -178,6 +178,8 @@ pub struct Conn {
     io: Counted<TcpStream>,
     buf: BytesMut,
     read_size: usize,
+    /// A byte arrived since the last request was sent (see [`Conn::answered_nothing`]).
+    heard: bool,
     cell: Arc<ConnCell>,
     _open: OpenGuard,
 }
@@ -216,6 +218,7 @@ impl Conn {
         match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf) {
             Poll::Pending => self.pending(cx),
             Poll::Ready(Ok(n)) => {
+                self.heard |= n > 0;
                 if n == spare && self.read_size < READ_MAX {
                     self.read_size *= 2;
                 } else if n > 0 && n < self.read_size / 4 && self.read_size > READ_MIN {
@@ -319,6 +322,13 @@ impl Conn {
         )
     }
 
+    /// Not one byte came back since the last request was sent: when [`send`] then
+    /// fails on a pooled connection, the backend closed it as the request went out (its
+    /// keep-alive timeout, a restart), not while it was answering.
+    pub fn answered_nothing(&self) -> bool {
+        !self.heard
+    }
+
     /// The socket, and the bytes already read from it, for a tunnel after `101`.
     pub fn into_upgraded(self) -> (Counted<TcpStream>, Bytes) {
         (self.io, self.buf.freeze())
@@ -348,6 +358,7 @@ pub struct Outgoing {
 /// Send `req` on `conn` and read the response head (informational responses other
 /// than `101` are skipped). The body, if any, is then read with [`UpBody`].
 pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
+    conn.heard = false;
     // The head: when not one byte of it could be written, the request goes back.
     let mut at = 0;
     let written = poll_fn(|cx| conn.poll_write_all(cx, &req.head, &mut at)).await;
@@ -659,10 +670,12 @@ impl Idle {
 pub enum Check {
     /// The readiness the runtime recorded: no system call for a healthy connection, but
     /// a close that arrived since the runtime last polled its events goes unseen. For
-    /// requests that are replayed elsewhere if the connection turns out dead.
+    /// requests that can be sent again: one that meets a connection closed this way is
+    /// sent again on a new connection.
     Recorded,
-    /// Also ask the kernel (one system call): for requests that cannot be replayed (a
-    /// `POST`, any request with a body), which would otherwise fail with `502`.
+    /// Also ask the kernel (one system call): for requests that cannot be sent again (a
+    /// `POST`, any request with a body). That narrows the race to the moment between
+    /// this check and the write; a close within it still fails the request with `502`.
     Kernel,
 }
 
@@ -842,6 +855,7 @@ impl Pool {
             io: Counted::new(stream, self.traffic.clone()),
             buf: BytesMut::new(),
             read_size: READ_MIN,
+            heard: false,
             cell,
             _open: OpenGuard(self.open.clone()),
         })
