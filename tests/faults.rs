@@ -216,8 +216,9 @@ async fn sigkill_of_a_web_gear_fails_only_the_posts_in_flight_on_it() {
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.status != Some(200)).collect();
     // The gear dies between `killed` (the signal sent) and `reaped` (`wait` returned): a
     // POST that reached it meanwhile was in flight too. Once it is reaped, its sockets
-    // are closed, and the balancer must see that before it sends a POST there.
-    let in_flight = |o: &Outcome| o.start < reaped && o.end >= killed;
+    // are closed, and the balancer must see that before it sends a POST there. The
+    // margin covers a loaded host delivering the gear's closes over loopback late.
+    let in_flight = |o: &Outcome| o.start < reaped + Duration::from_millis(10) && o.end >= killed;
     let in_flight_at_kill = posts.iter().filter(|o| in_flight(o)).count();
     // Times in ms from the kill, for the record of a failure.
     let ms = |t: Instant| match t.checked_duration_since(killed) {
@@ -269,6 +270,20 @@ async fn sigkill_of_a_web_gear_fails_only_the_posts_in_flight_on_it() {
     assert!(
         failed.iter().any(|o| o.pinned),
         "no POST was in flight on g0 when it died"
+    );
+    // No POST reached two gears, or one gear twice.
+    let mut started: BTreeMap<u64, usize> = BTreeMap::new();
+    for id in g0
+        .ids("START ")
+        .into_iter()
+        .chain(survivors.iter().flat_map(|g| g.ids("START ")))
+    {
+        *started.entry(id).or_default() += 1;
+    }
+    assert!(
+        started.values().all(|&n| n == 1),
+        "a POST was sent twice: {:?}",
+        started.iter().filter(|(_, &n)| n > 1).collect::<Vec<_>>()
     );
     // Every successful POST was processed exactly once.
     let mut done: BTreeMap<u64, usize> = BTreeMap::new();
