@@ -1157,7 +1157,8 @@ print_paired() {
                             for (a = 2; a <= n; a++) { k = q[a]; b = a - 1
                                 while (b > 0 && q[b] > k) { q[b + 1] = q[b]; b-- } q[b + 1] = k }
                             med = n % 2 ? q[(n + 1) / 2] : (q[n / 2] + q[n / 2 + 1]) / 2
-                            # Interval of the median ratio, with no assumption on the noise:
+                            # Interval of the median ratio, whatever the shape of the noise
+                            # (rounds independent and alike):
                             # [q[k], q[n+1-k]] holds it with probability 1 - 2 P(Bin(n, 1/2) < k);
                             # the narrowest such interval with at least 90%.
                             ci = "too few rounds for a 90% interval"
