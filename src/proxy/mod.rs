@@ -14,8 +14,8 @@
 //! 502, so it only goes into a pooled connection the kernel says is still open. A pooled
 //! connection the backend closes just as a request goes out (nothing answered) is not
 //! the backend's failure: a request that can be replayed is sent again, once, on a new
-//! connection to the same backend. Failures on real traffic are counted per backend and eject it after
-//! `health.fall` in a row (see `health`).
+//! connection to the same backend. Failures on real traffic are counted per backend and
+//! eject it after `health.fall` in a row (see `health`).
 //!
 //! Timeouts: `request_header` (the request head must arrive within it; this also bounds
 //! how long an idle keep-alive connection waits for its next request) and `client` (no
@@ -684,19 +684,6 @@ async fn send_once(
                 .map_err(|_| ())
         };
         drop(waiting);
-        let resend = if fresh || resent || !up.answered_nothing() {
-            None
-        } else {
-            replay
-        };
-        if let (Some(r), Ok(Err(SendFailure::Sent(e @ (SendError::Closed | SendError::Io(_)))))) =
-            (resend, &sent)
-        {
-            debug!(backend = %backend.name(), error = %e, "pooled connection closed under the request, sending it again on a new one");
-            resent = true;
-            req = r.request();
-            continue;
-        }
         match sent {
             Err(_) => {
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -716,6 +703,18 @@ async fn send_once(
                 return Err(Failed::Sent(ForwardError::ClientBody(e)));
             }
             Ok(Err(SendFailure::Sent(e))) => {
+                // A pooled connection the backend closed as the request went out: not
+                // one byte came back.
+                let closed_under = matches!(e, SendError::Closed | SendError::Io(_))
+                    && !fresh
+                    && !resent
+                    && up.answered_nothing();
+                if let Some(r) = replay.filter(|_| closed_under) {
+                    debug!(backend = %backend.name(), error = %e, "pooled connection closed under the request, sending it again on a new one");
+                    resent = true;
+                    req = r.request();
+                    continue;
+                }
                 backend
                     .stats
                     .response_errors
