@@ -984,7 +984,7 @@ print_header() {
     else
         echo "pinning:   off"
     fi
-    echo "rounds:    $ROUNDS, targets alternating: ${TARGETS[*]} (odd rounds in this order, even rounds reversed)"
+    echo "rounds:    $ROUNDS, targets alternating: ${TARGETS[*]} (odd rounds in this order, even rounds reversed, and so are the variants of a scenario)"
 }
 
 ROW=""
@@ -1208,7 +1208,7 @@ main() {
     else
         WAKEUPS="$(python3 "$SCRIPT_DIR/wakeup_latency.py" 5)"
     fi
-    local s t v round order
+    local s t v round order vorder
     for s in "${SCENARIOS[@]}"; do
         declare -F "scenario_$s" >/dev/null || die "unknown scenario '$s' (known: $ALL_SCENARIOS)"
     done
@@ -1245,10 +1245,16 @@ main() {
             # Counterbalanced: odd rounds run the targets in the order given, even rounds
             # in reverse, so that no target always runs first, or right after the same
             # one (haproxy-close leaves thousands of sockets in TIME_WAIT behind it).
+            # The variants of a target (N=3, N=1000) likewise: with drift, the one run
+            # second would otherwise always meet the slower (or faster) host.
             order=("${stargets[@]}")
-            ((round % 2)) || mapfile -t order < <(printf '%s\n' "${stargets[@]}" | tac)
+            vorder=("${variants[@]}")
+            if ((round % 2 == 0)); then
+                mapfile -t order < <(printf '%s\n' "${stargets[@]}" | tac)
+                mapfile -t vorder < <(printf '%s\n' "${variants[@]}" | tac)
+            fi
             for t in "${order[@]}"; do
-                for v in "${variants[@]}"; do
+                for v in "${vorder[@]}"; do
                     run_one "$s" "$v" "$t" "$round"
                 done
             done
