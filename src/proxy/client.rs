@@ -56,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::forward::ClientInfo;
+use super::phase::WriteTurn;
 use super::{handle, FrontendRequest, ProxyCtx, Settings};
 use crate::routing::Affinity;
 
@@ -194,12 +195,15 @@ pub(super) struct ClientIo<S> {
     slot: Option<Arc<OnceLock<(S, Handback)>>>,
     /// The last four bytes read.
     tail: [u8; 4],
-    /// Bytes were written since the last completed flush.
+    /// Bytes were written, or hyper asked to write some and the write waits for the
+    /// rest of the turn (`phase`), since the last completed flush.
     unflushed: bool,
     /// End-of-stream was reported to hyper to park the connection.
     parked: bool,
     /// hyper shut the connection's write side: it is closing.
     closed: bool,
+    /// A response's first write waits for the rest of the turn (`phase`).
+    turn: WriteTurn,
 }
 
 impl<S> ClientIo<S> {
@@ -213,6 +217,7 @@ impl<S> ClientIo<S> {
             unflushed: false,
             parked: false,
             closed: false,
+            turn: WriteTurn::default(),
         }
     }
 
@@ -306,6 +311,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
         let got = &buf.filled()[before..];
         if !got.is_empty() {
             let n = got.len();
+            this.turn.read();
             push_tail(&mut this.tail, got);
             this.touch();
             this.state
@@ -326,6 +332,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.turn.poll_ready(cx).is_pending() {
+            // hyper holds bytes for the client now: the connection must not park.
+            this.unflushed = true;
+            return Poll::Pending;
+        }
         let r = Pin::new(this.inner()?).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = r {
             this.wrote(n);
@@ -339,6 +350,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.turn.poll_ready(cx).is_pending() {
+            // hyper holds bytes for the client now: the connection must not park.
+            this.unflushed = true;
+            return Poll::Pending;
+        }
         let r = Pin::new(this.inner()?).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = r {
             this.wrote(n);
@@ -813,19 +829,64 @@ mod tests {
     /// keep it small (see the module docs; hyper's state is boxed and dropped).
     #[tokio::test]
     async fn connection_task_state_stays_small() {
-        let ctx = Arc::new(ProxyCtx::new(
-            Arc::new(crate::routing::Router::new(4)),
-            Arc::default(),
-            Settings::from_config(&crate::config::Config::default()),
-            tokio::sync::mpsc::unbounded_channel().0,
-            CancellationToken::new(),
-        ));
+        let ctx = test_ctx();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let peer = "192.0.2.1:5".parse().unwrap();
         let fut = serve_connection(&ctx, s, peer, 80, CancellationToken::new());
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "connection future is {size} bytes");
+    }
+
+    fn test_ctx() -> Arc<ProxyCtx> {
+        Arc::new(ProxyCtx::new(
+            Arc::new(crate::routing::Router::new(4)),
+            Arc::default(),
+            Settings::from_config(&crate::config::Config::default()),
+            tokio::sync::mpsc::unbounded_channel().0,
+            CancellationToken::new(),
+        ))
+    }
+
+    /// A connection asked to park (idle too long: a slow backend) whose response is
+    /// ready but waits for the rest of the turn must not park: that would end hyper's
+    /// connection with the response unsent.
+    #[tokio::test]
+    async fn a_response_waiting_for_its_turn_keeps_the_connection_from_parking() {
+        let state = Arc::new(ConnState::new(
+            test_ctx(),
+            ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
+            Duration::from_secs(30),
+        ));
+        let (ours, mut client) = tokio::io::duplex(1024);
+        let mut io = ClientIo::new(ours, state.clone(), Some(Arc::new(OnceLock::new())));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut buf = [0u8; 64];
+
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
+        assert_eq!(rb.filled().len(), 18);
+        state.park.store(true, Ordering::Relaxed);
+
+        let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        assert!(Pin::new(&mut io).poll_write(&mut cx, resp).is_pending());
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(
+            Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_pending(),
+            "parked (end-of-stream to hyper) with a response waiting to be written"
+        );
+        assert!(matches!(
+            Pin::new(&mut io).poll_write(&mut cx, resp),
+            Poll::Ready(Ok(n)) if n == resp.len()
+        ));
+        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_ready());
+        // Written and flushed: now it may park.
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
+        assert!(rb.filled().is_empty() && io.parked);
     }
 
     /// The lingering read ends when the client closes, falls silent, or takes too long,

@@ -33,6 +33,7 @@ mod client;
 pub mod forward;
 pub mod h1;
 pub mod io;
+pub mod phase;
 pub mod tunnel;
 pub mod upstream;
 

@@ -359,6 +359,8 @@ pub struct Outgoing {
 /// than `101` are skipped). The body, if any, is then read with [`UpBody`].
 pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
     conn.heard = false;
+    // Behind the other reads of this turn (`phase`).
+    super::phase::rest_of_turn().await;
     // The head: when not one byte of it could be written, the request goes back.
     let mut at = 0;
     let written = poll_fn(|cx| conn.poll_write_all(cx, &req.head, &mut at)).await;
