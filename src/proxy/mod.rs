@@ -26,7 +26,8 @@
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
 //! logged or formatted unless a log line is wanted, no timer is set per request except
 //! the backend's `server` timeout, and header values are shared rather than copied
-//! (see [`forward`]).
+//! (see [`forward`]). A loop turn reads every ready socket before it writes to any
+//! (see [`phase`]).
 
 pub mod body;
 mod client;
