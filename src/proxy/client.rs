@@ -252,6 +252,16 @@ impl<S> ClientIo<S> {
             && ends_head(&self.tail)
     }
 
+    /// A write waits for the rest of the turn (`phase`). While it does, hyper holds bytes
+    /// for the client: they count as unflushed, so the connection cannot park.
+    fn wait_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let r = self.turn.poll_ready(cx);
+        if r.is_pending() {
+            self.unflushed = true;
+        }
+        r
+    }
+
     fn inner(&mut self) -> io::Result<&mut S> {
         self.inner
             .as_mut()
@@ -332,9 +342,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.turn.poll_ready(cx).is_pending() {
-            // hyper holds bytes for the client now: the connection must not park.
-            this.unflushed = true;
+        if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
         let r = Pin::new(this.inner()?).poll_write(cx, buf);
@@ -350,9 +358,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.turn.poll_ready(cx).is_pending() {
-            // hyper holds bytes for the client now: the connection must not park.
-            this.unflushed = true;
+        if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
         let r = Pin::new(this.inner()?).poll_write_vectored(cx, bufs);
