@@ -295,3 +295,38 @@ async fn a_second_balancer_cannot_take_the_socket() {
     );
     assert!(text.contains("already running"), "{text}");
 }
+
+/// Operators and developers run a balancer under valgrind (memcheck for a leak, callgrind
+/// for an instruction count that host noise does not move; `bench/README.md`). rustix's
+/// own auxv parser read the real vDSO address, which valgrind does not map for its guest,
+/// and gearlb died of SIGSEGV on its first clock read: it must start, proxy and stop
+/// cleanly under valgrind (`.ci/run` installs it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_under_valgrind() {
+    assert!(
+        Command::new("valgrind").arg("--version").output().is_ok(),
+        "valgrind is missing: apt-get install valgrind"
+    );
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let path = dir.path().join("gearlb.toml");
+    std::fs::write(&path, config_text(dir.path(), &[("web1", b.addr)], "")).unwrap();
+    let mut lb = Gearlb::start_in(
+        dir.path(),
+        &path,
+        &["valgrind", "--tool=none", "--quiet", "--error-exitcode=99"],
+    );
+    for _ in 0..3 {
+        let got = get(lb.proxy, "/", &[]).await.unwrap();
+        assert_eq!(got.status, 200);
+        assert_eq!(got.text(), "backend web1");
+    }
+    lb.signal("TERM");
+    let code = tokio::task::spawn_blocking(move || {
+        let code = lb.wait(Duration::from_secs(20));
+        (code, lb.log_text())
+    })
+    .await
+    .unwrap();
+    assert_eq!(code.0, Some(0), "exit under valgrind; log:\n{}", code.1);
+}
