@@ -48,6 +48,9 @@
 #   churn          peak load while the backend set changes CHURN_HZ times a second
 #                  (gearlb: gearlb ctl update-cluster; haproxy: new process, -sf old)
 #   idle_memory    resident memory (VmRSS) with IDLE_CONNS idle keep-alive clients
+#   instructions   the proxy's user-space instructions per request, counted by valgrind
+#                  (callgrind) over INSTR_REQUESTS requests: the same count whatever the
+#                  host is doing, where req/s moves 10% from round to round
 #
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
 #   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
@@ -67,7 +70,7 @@ set -euo pipefail
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
 # With none of them set, grep finds nothing: not an error.
-COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -86,9 +89,10 @@ LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-16}
 MANY_N=${MANY_N:-1000}
 CHURN_HZ=${CHURN_HZ:-10}
 IDLE_CONNS=${IDLE_CONNS:-10000}
+INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
 REF=${REF:-haproxy-reuse}             # the target ratios are computed against
 
-ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends churn idle_memory"
+ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends churn idle_memory instructions"
 # SCENARIO (one name) is kept for compatibility with the first version of this script.
 read -r -a SCENARIOS <<<"${SCENARIOS:-${SCENARIO:-$ALL_SCENARIOS}}"
 read -r -a TARGETS <<<"${TARGETS:-gearlb haproxy-close haproxy-reuse direct}"
@@ -120,7 +124,7 @@ die() {
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 for v in DURATION WARMUP CONNECTIONS THREADS ROUNDS FIXED_DURATION FIXED_FRACTION \
-    LARGE_CONNECTIONS MANY_N CHURN_HZ IDLE_CONNS; do
+    LARGE_CONNECTIONS MANY_N CHURN_HZ IDLE_CONNS INSTR_REQUESTS; do
     is_uint "${!v}" || die "$v must be a non-negative integer, got '${!v}'"
 done
 [[ -z $FIXED_RATE ]] || is_uint "$FIXED_RATE" || die "FIXED_RATE must be an integer"
@@ -129,6 +133,7 @@ done
 ((ROUNDS > 0)) || die "ROUNDS must be > 0"
 ((MANY_N >= 3 && MANY_N <= 10000)) || die "MANY_N must be 3..10000"
 ((CHURN_HZ > 0)) || die "CHURN_HZ must be > 0"
+((INSTR_REQUESTS > 0)) || die "INSTR_REQUESTS must be > 0"
 ((${#TARGETS[@]} > 0)) || die "TARGETS is empty"
 
 need() {
@@ -378,8 +383,10 @@ check_body() {
 # The scenario being run sets these before the target starts:
 #   RUN_PORTS     backend ports the proxy forwards to (3, or MANY_N)
 #   RUN_IDLE      1: raised connection limits and idle timeouts (idle_memory)
+#   RUN_WRAP      a command the proxy runs under (instructions: valgrind), or empty
 RUN_PORTS=()
 RUN_IDLE=0
+RUN_WRAP=()
 
 # ---- targets --------------------------------------------------------------------
 #
@@ -453,10 +460,10 @@ start_gearlb() {
     port_open "$GEARLB_PORT" && die "port $GEARLB_PORT already in use (gearlb proxy)"
     port_open "$GEARLB_STATUS_PORT" && die "port $GEARLB_STATUS_PORT already in use (gearlb status)"
     start_process gearlb "$dir/gearlb.log" \
-        env GEARLB_LOG="${GEARLB_LOG:-warn}" "${PIN_PROXY[@]}" "$GEARLB_BIN" run --config "$dir/gearlb.toml"
+        env GEARLB_LOG="${GEARLB_LOG:-warn}" "${PIN_PROXY[@]}" "${RUN_WRAP[@]}" "$GEARLB_BIN" run --config "$dir/gearlb.toml"
     GEARLB_PID=$LAST_PID
-    wait_until 20 "gearlb (log: $dir/gearlb.log)" "$GEARLB_PID" gearlb_healthy
-    check_exe "$GEARLB_PID" "$GEARLB_BIN"
+    wait_until 60 "gearlb (log: $dir/gearlb.log)" "$GEARLB_PID" gearlb_healthy
+    ((${#RUN_WRAP[@]})) || check_exe "$GEARLB_PID" "$GEARLB_BIN"
 }
 
 stop_gearlb() {
@@ -550,11 +557,11 @@ start_haproxy_named() {
     port_open "$port" && die "port $port already in use ($name)"
     # -db: foreground, no daemon; one process with THREADS threads.
     start_process "$name" "$dir/haproxy.log" \
-        "${PIN_PROXY[@]}" "$HAPROXY_BIN" -db -f "$dir/haproxy.cfg"
+        "${PIN_PROXY[@]}" "${RUN_WRAP[@]}" "$HAPROXY_BIN" -db -f "$dir/haproxy.cfg"
     HAPROXY_PID=$LAST_PID
     HAPROXY_OLD_PIDS=()
-    wait_until 20 "$name (log: $dir/haproxy.log)" "$HAPROXY_PID" port_open "$port"
-    check_exe "$HAPROXY_PID" "$HAPROXY_BIN"
+    wait_until 60 "$name (log: $dir/haproxy.log)" "$HAPROXY_PID" port_open "$port"
+    ((${#RUN_WRAP[@]})) || check_exe "$HAPROXY_PID" "$HAPROXY_BIN"
 }
 
 # reload_haproxy NAME CONFIG: the cartridge's reload: a new process on the new config,
@@ -895,11 +902,52 @@ scenario_idle_memory() {
     ((open == IDLE_CONNS)) || log "only $open of $IDLE_CONNS idle connections opened against $target"
 }
 
+SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted"
+SCENARIO_COLS[instructions]="requests instr/req errors"
+SCENARIO_TARGETS[instructions]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_METRIC[instructions]="instr/req"
+SCENARIO_BETTER[instructions]=lower
+scenario_instructions() {
+    local url=$2/ out=$3 pid dump ir
+    pid=$(target_pid "$1")
+    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" "$url" >"$out.warmup" 2>&1 ||
+        die "oha warm-up against $url failed: $(cat "$out.warmup")"
+    callgrind_control -i on "$pid" >"$out.ctl" 2>&1 ||
+        die "callgrind_control -i on $pid failed: $(cat "$out.ctl")"
+    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -n "$INSTR_REQUESTS" \
+        -c "$CONNECTIONS" "$url" >"$out" 2>"$out.err" ||
+        die "oha against $url failed: $(cat "$out.err")"
+    rm -f "$TMP/callgrind.$pid".*
+    callgrind_control -d "$pid" >>"$out.ctl" 2>&1 ||
+        die "callgrind_control -d $pid failed: $(cat "$out.ctl")"
+    # The dump is written at the target's next turn; the first one is numbered .1.
+    dump="$TMP/callgrind.$pid.1"
+    wait_until 30 "callgrind dump $dump" "$pid" test -s "$dump"
+    ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
+    [[ -n $ir ]] || die "no instruction total in $dump"
+    ROW=$(python3 - "$out" "$ir" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = d.get("statusCodeDistribution", {})
+ok = sum(n for c, n in codes.items() if str(c).startswith(("2", "3")))
+bad = sum(n for c, n in codes.items() if not str(c).startswith(("2", "3")))
+errs = sum(d.get("errorDistribution", {}).values())
+print("%d\t%.0f\t%d" % (ok, int(sys.argv[2]) / max(ok, 1), bad + errs))
+EOF
+    )
+}
+
 # scenario_setup SCENARIO VARIANT: what the target needs for this run (RUN_*).
 scenario_setup() {
     RUN_PORTS=("${BACKEND_PORTS[@]}")
     RUN_IDLE=0
+    RUN_WRAP=()
     case $1 in
+    instructions)
+        # Nothing is counted until the warm-up is over (callgrind_control -i on).
+        RUN_WRAP=(valgrind --tool=callgrind --instr-atstart=no
+            --callgrind-out-file="$TMP/callgrind.%p")
+        ;;
     many_backends)
         if [[ $2 != "N=3" ]]; then
             mapfile -t RUN_PORTS < <(many_ports)
@@ -940,7 +988,12 @@ ensure_tools() {
         apt_need haproxy haproxy
         HAPROXY_BIN=$(command -v haproxy)
     fi
-    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* ]]; then
+    if [[ " ${SCENARIOS[*]} " == *" instructions "* ]]; then
+        apt_need valgrind valgrind
+        need callgrind_control valgrind
+        need python3 python3
+    fi
+    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* || " ${SCENARIOS[*]} " == *" instructions "* ]]; then
         if [[ ! -x $OHA_BIN ]]; then
             need cargo "(install Rust: https://rustup.rs)"
             log "installing oha: cargo install --locked oha (a few minutes)"
