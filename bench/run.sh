@@ -745,30 +745,41 @@ scenario_peak_small() {
     ROW="$(cut -f1-4 <<<"$r")"$'\t'"$cpu"
 }
 
+# oha_tally FILE (oha --output-format json) -> "OK ERRORS" (tab-separated): OK = 2xx/3xx
+# answers; ERRORS = other answers + failed requests, except those still in flight when a
+# -z deadline ended the run.
+oha_tally() {
+    python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = d.get("statusCodeDistribution", {})
+ok = sum(n for c, n in codes.items() if str(c).startswith(("2", "3")))
+bad = sum(n for c, n in codes.items() if not str(c).startswith(("2", "3")))
+errs = sum(n for e, n in d.get("errorDistribution", {}).items() if e != "aborted due to deadline")
+print("%d\t%d" % (ok, bad + errs))
+EOF
+}
+
 RATE_USED=""
 SCENARIO_DESC[fixed_rate]="latency at a fixed rate (FIXED_FRACTION=$FIXED_FRACTION% of $REF's median peak unless FIXED_RATE), coordinated omission corrected: oha -c$CONNECTIONS -q RATE --latency-correction -z ${FIXED_DURATION}s"
 SCENARIO_COLS[fixed_rate]="rate achieved p50_ms p99_ms p99.9_ms max_ms errors"
 SCENARIO_METRIC[fixed_rate]="p99_ms"
 SCENARIO_BETTER[fixed_rate]=lower
 scenario_fixed_rate() {
-    local url=$2/ out=$3
+    local url=$2/ out=$3 errors
     warmup "$url" "$out" "$CONNECTIONS"
     "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -c "$CONNECTIONS" \
         -q "$RATE_USED" --latency-correction -z "${FIXED_DURATION}s" "$url" >"$out" 2>"$out.err" ||
         die "oha against $url failed: $(cat "$out.err")"
-    ROW=$(python3 - "$out" "$RATE_USED" <<'EOF'
+    errors=$(oha_tally "$out" | cut -f2)
+    ROW=$(python3 - "$out" "$RATE_USED" "$errors" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = d.get("latencyPercentiles", {})
 s = d.get("summary", {})
-codes = d.get("statusCodeDistribution", {})
-ok = sum(n for c, n in codes.items() if str(c).startswith(("2", "3")))
-bad = sum(n for c, n in codes.items() if not str(c).startswith(("2", "3")))
-# Requests still in flight when the -z deadline ends the run are not failures.
-errs = sum(n for e, n in d.get("errorDistribution", {}).items() if e != "aborted due to deadline")
 ms = lambda v: "?" if v is None else "%.3f" % (v * 1000)
 print("\t".join([sys.argv[2], "%.0f" % (s.get("requestsPerSec") or 0), ms(p.get("p50")),
-                 ms(p.get("p99")), ms(p.get("p99.9")), ms(s.get("slowest")), str(bad + errs)]))
+                 ms(p.get("p99")), ms(p.get("p99.9")), ms(s.get("slowest")), sys.argv[3]]))
 EOF
     )
 }
@@ -908,7 +919,7 @@ SCENARIO_TARGETS[instructions]="gearlb haproxy-close haproxy-reuse"
 SCENARIO_METRIC[instructions]="instr/req"
 SCENARIO_BETTER[instructions]=lower
 scenario_instructions() {
-    local url=$2/ out=$3 pid dump ir
+    local url=$2/ out=$3 pid dump ir ok errors
     pid=$(target_pid "$1")
     "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" "$url" >"$out.warmup" 2>&1 ||
         die "oha warm-up against $url failed: $(cat "$out.warmup")"
@@ -925,16 +936,9 @@ scenario_instructions() {
     wait_until 30 "callgrind dump $dump" "$pid" test -s "$dump"
     ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
     [[ -n $ir ]] || die "no instruction total in $dump"
-    ROW=$(python3 - "$out" "$ir" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-codes = d.get("statusCodeDistribution", {})
-ok = sum(n for c, n in codes.items() if str(c).startswith(("2", "3")))
-bad = sum(n for c, n in codes.items() if not str(c).startswith(("2", "3")))
-errs = sum(d.get("errorDistribution", {}).values())
-print("%d\t%.0f\t%d" % (ok, int(sys.argv[2]) / max(ok, 1), bad + errs))
-EOF
-    )
+    read -r ok errors < <(oha_tally "$out")
+    ((ok > 0)) || die "no request through $1 succeeded (oha output: $out)"
+    ROW=$(awk -v ok="$ok" -v ir="$ir" -v e="$errors" 'BEGIN { printf "%d\t%.0f\t%d", ok, ir / ok, e }')
 }
 
 # scenario_setup SCENARIO VARIANT: what the target needs for this run (RUN_*).

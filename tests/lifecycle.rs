@@ -322,11 +322,11 @@ async fn runs_under_valgrind() {
         assert_eq!(got.text(), "backend web1");
     }
     lb.signal("TERM");
-    let code = tokio::task::spawn_blocking(move || {
+    let (code, log) = tokio::task::spawn_blocking(move || {
         let code = lb.wait(Duration::from_secs(20));
         (code, lb.log_text())
     })
     .await
     .unwrap();
-    assert_eq!(code.0, Some(0), "exit under valgrind; log:\n{}", code.1);
+    assert_eq!(code, Some(0), "exit under valgrind; log:\n{log}");
 }
