@@ -288,11 +288,12 @@ pub struct StickyConfig {
 pub struct ClusterConfig {
     /// Shared secret of the application's balancers. Env `OPENSHIFT_SECRET_TOKEN`.
     pub secret: Option<String>,
-    /// Gossip listener; gossip is on when set. Env `OPENSHIFT_GEARLB_GOSSIP_IP` +
-    /// `OPENSHIFT_GEARLB_GOSSIP_PORT`.
+    /// A gossip port of its own (`tcp` or `udp` transport); gossip is on when set, or
+    /// when `transport` is `http`.
     pub listen: Option<SocketAddr>,
-    /// Address peers reach this balancer's gossip at (the node's port proxy in a
-    /// gear). Default: the bound listen address.
+    /// Address peers reach this balancer's gossip at: with `http`, its public HTTP
+    /// address (the node's public IP and the port proxy's `OPENSHIFT_GEARLB_PROXY_PORT`
+    /// in a gear, env `GEARLB_GOSSIP_ADVERTISE`). Default: the listen address.
     pub advertise: Option<SocketAddr>,
     /// This balancer's id. Env `OPENSHIFT_GEAR_UUID`.
     pub node_id: Option<String>,
@@ -301,10 +302,18 @@ pub struct ClusterConfig {
     pub id: String,
     /// Gossip addresses of the other balancers (`gearlb ctl set-peers` replaces them).
     pub peers: Vec<Addr>,
-    /// `tcp` (default; the node's port proxy forwards TCP only) or `udp`.
+    /// `http`: frames on upgraded connections of the proxy port, the one public port of
+    /// a gear (the default in cartridge mode); `tcp` (default with `listen`) or `udp`.
     pub transport: crate::cluster::transport::Carrier,
     /// Time between gossip rounds. Default 200ms (a dead peer is noticed in about 2s).
     pub gossip_interval: Duration,
+}
+
+impl ClusterConfig {
+    /// Gossip runs: on its own port (`listen`) or on the proxy port (`http`).
+    pub fn gossip(&self) -> bool {
+        self.listen.is_some() || self.transport == crate::cluster::transport::Carrier::Http
+    }
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -378,6 +387,8 @@ pub struct SubsetConfig {
 /// Who this balancer is, as the node platform tells it through the environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GearIdentity {
+    /// `OPENSHIFT_APP_UUID`: also the head gear's uuid.
+    pub app_uuid: Option<String>,
     pub app_name: Option<String>,
     pub app_dns: Option<String>,
     /// `OPENSHIFT_HOMEDIR`: the broker key is in `.auth/token` and `.auth/iv` below it.
@@ -738,10 +749,23 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     cfg.cluster.id = r.string("id", &cfg.cluster.id);
     cfg.cluster.gossip_interval = r.duration("gossip_interval", cfg.cluster.gossip_interval);
     if let Some(t) = r.str_value("transport") {
+        use crate::cluster::transport::Carrier;
         match t.as_str() {
-            "tcp" => cfg.cluster.transport = crate::cluster::transport::Carrier::Tcp,
-            "udp" => cfg.cluster.transport = crate::cluster::transport::Carrier::Udp,
-            _ => r.problem("transport", format!("{t:?}: use \"tcp\" or \"udp\"")),
+            "http" if cfg.cluster.listen.is_some() => r.problem(
+                "transport",
+                "\"http\" carries gossip on listen.proxy: remove cluster.listen, or use \"tcp\" or \"udp\"",
+            ),
+            "http" => cfg.cluster.transport = Carrier::Http,
+            "tcp" | "udp" if cfg.cluster.listen.is_none() => r.problem(
+                "transport",
+                format!("{t:?} needs cluster.listen (or use \"http\": gossip on listen.proxy)"),
+            ),
+            "tcp" => cfg.cluster.transport = Carrier::Tcp,
+            "udp" => cfg.cluster.transport = Carrier::Udp,
+            _ => r.problem(
+                "transport",
+                format!("{t:?}: use \"http\", \"tcp\" or \"udp\""),
+            ),
         }
     }
     match r.get("peers") {
@@ -925,24 +949,16 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     if let Some(secret) = env.var("OPENSHIFT_SECRET_TOKEN") {
         cfg.cluster.secret = Some(secret);
     }
-    let mut gossip = cfg
-        .cluster
-        .listen
-        .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    let had = cfg.cluster.listen.is_some();
-    listen(
-        "OPENSHIFT_GEARLB_GOSSIP_IP",
-        "OPENSHIFT_GEARLB_GOSSIP_PORT",
-        &mut gossip,
-    );
-    if had || gossip.port() != 0 {
-        cfg.cluster.listen = Some(gossip);
-    }
     if let Some(uuid) = env.var("OPENSHIFT_GEAR_UUID") {
         cfg.cluster.node_id = Some(uuid);
+        // A gear: the HTTP port is the only public one, and gossip rides it (unless the
+        // file opened a gossip port of its own).
+        if env.var("OPENSHIFT_GEARLB_PORT").is_some() && cfg.cluster.listen.is_none() {
+            cfg.cluster.transport = crate::cluster::transport::Carrier::Http;
+        }
     }
-    // Set by the cartridge's bin/control: the node's public IP and the port proxy's
-    // public port for the gossip endpoint.
+    // Set by `gearlb cartridge control start`: the node's public IP and the port proxy's
+    // public port of the HTTP endpoint.
     if let Some(a) = env.var("GEARLB_GOSSIP_ADVERTISE") {
         match a.parse() {
             Ok(a) => cfg.cluster.advertise = Some(a),
@@ -1014,6 +1030,7 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
         }
     }
     cfg.gear = GearIdentity {
+        app_uuid: env.var("OPENSHIFT_APP_UUID"),
         app_name: env.var("OPENSHIFT_APP_NAME"),
         app_dns: env.var("OPENSHIFT_APP_DNS"),
         homedir: env.var("OPENSHIFT_HOMEDIR").map(PathBuf::from),
@@ -1101,7 +1118,19 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
                 .into(),
         });
     }
-    if cfg.cluster.listen.is_some() {
+    if cfg.cluster.gossip() {
+        if cfg.cluster.transport == crate::cluster::transport::Carrier::Http
+            && cfg.cluster.advertise.is_none()
+            && cfg.listen.proxy.ip().is_unspecified()
+        {
+            problems.push(Problem {
+                path: "cluster.advertise".into(),
+                message: format!(
+                    "gossip on listen.proxy ({}) needs the address peers reach it at",
+                    cfg.listen.proxy
+                ),
+            });
+        }
         if cfg.cluster.secret.as_deref().is_none_or(|s| s.len() < 16) {
             problems.push(Problem {
                 path: "cluster.secret".into(),
@@ -1111,7 +1140,7 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
         match &cfg.cluster.node_id {
             None => problems.push(Problem {
                 path: "cluster.node_id".into(),
-                message: "required with cluster.listen (or OPENSHIFT_GEAR_UUID)".into(),
+                message: "required for gossip (or OPENSHIFT_GEAR_UUID)".into(),
             }),
             Some(id) if !crate::gear::is_peer_id(id) => problems.push(Problem {
                 path: "cluster.node_id".into(),

@@ -430,6 +430,7 @@ impl Collector for ClusterCollector {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         if let Some(c) = &self.cluster {
             let v = c.view();
+            let g = c.gossip_counters();
             let live = v.peers.iter().filter(|p| p.live).count() as u64;
             let dead = v.peers.iter().filter(|p| !p.live).count() as u64;
             family(
@@ -446,13 +447,13 @@ impl Collector for ClusterCollector {
                 e,
                 "gearlb_gossip_frames_sent",
                 "Gossip frames sent.",
-                v.gossip.frames_sent,
+                g.frames_sent,
             )?;
             counter(
                 e,
                 "gearlb_gossip_frames_received",
                 "Authenticated gossip frames received.",
-                v.gossip.frames_received,
+                g.frames_received,
             )?;
             family(
                 e,
@@ -460,26 +461,26 @@ impl Collector for ClusterCollector {
                 "Gossip frames dropped, by reason.",
                 MetricType::Counter,
                 &[
-                    (labels(&[("reason", "bad_tag")]), v.gossip.rejected_bad_tag),
+                    (labels(&[("reason", "bad_tag")]), g.rejected_bad_tag),
                     (
                         labels(&[("reason", "other_cluster")]),
-                        v.gossip.rejected_other_cluster,
+                        g.rejected_other_cluster,
                     ),
-                    (
-                        labels(&[("reason", "malformed")]),
-                        v.gossip.rejected_malformed,
-                    ),
-                    (
-                        labels(&[("reason", "oversized")]),
-                        v.gossip.rejected_oversized,
-                    ),
+                    (labels(&[("reason", "malformed")]), g.rejected_malformed),
+                    (labels(&[("reason", "oversized")]), g.rejected_oversized),
                 ],
+            )?;
+            counter(
+                e,
+                "gearlb_gossip_handshakes_rejected",
+                "Gossip upgrade requests on the proxy port refused (no valid proof of the cluster secret).",
+                g.rejected_handshake,
             )?;
             counter(
                 e,
                 "gearlb_gossip_send_failures",
                 "Gossip frames that could not be sent.",
-                v.gossip.send_failures,
+                g.send_failures,
             )?;
         }
         let rc = &*self.rotations;

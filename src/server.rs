@@ -182,7 +182,12 @@ impl Server {
             }
         };
 
-        let cluster = match cfg.cluster.listen {
+        let gossip_listen = match cfg.cluster.listen {
+            Some(l) => Some(l),
+            None if cfg.cluster.gossip() => Some(proxy_listener.local_addr()?),
+            None => None,
+        };
+        let cluster = match gossip_listen {
             None => None,
             Some(listen) => {
                 let known = if saved_peers.is_empty() {
@@ -249,13 +254,16 @@ impl Server {
             crate::metrics::Metrics::new(router.clone(), frontend.clone(), stats::unix_now());
         let (eject_tx, eject_rx) = mpsc::unbounded_channel();
         let stopping = CancellationToken::new();
-        let proxy = Arc::new(ProxyCtx::new(
-            router.clone(),
-            frontend.clone(),
-            Settings::from_config(&cfg),
-            eject_tx,
-            stopping.clone(),
-        ));
+        let proxy = Arc::new(
+            ProxyCtx::new(
+                router.clone(),
+                frontend.clone(),
+                Settings::from_config(&cfg),
+                eject_tx,
+                stopping.clone(),
+            )
+            .with_endpoint(cluster.as_ref().and_then(|c| c.upgrade_endpoint())),
+        );
         let health = Arc::new(ArcSwap::from_pointee(HealthSettings::from_config(
             &cfg.health,
         )));
@@ -689,7 +697,11 @@ impl App {
     /// The cluster as this balancer sees it.
     pub fn cluster_view(&self) -> ClusterView {
         match &self.cluster {
-            Some(c) => (*c.view()).clone(),
+            Some(c) => {
+                let mut view = (*c.view()).clone();
+                view.gossip = c.gossip_counters();
+                view
+            }
             None => ClusterView::single(self.gear_uuid.as_deref().unwrap_or("self")),
         }
     }
@@ -698,7 +710,7 @@ impl App {
     pub async fn set_peers(&self, args: &[String]) -> Reply {
         let _serialised = self.config.lock().await;
         let Some(cluster) = &self.cluster else {
-            return Reply::error(1, "gossip is off (no cluster.listen): peers cannot be set");
+            return Reply::error(1, "gossip is off (no cluster.transport = \"http\" or cluster.listen): peers cannot be set");
         };
         let peers = match gear::parse_peers(args) {
             Ok(p) => p,

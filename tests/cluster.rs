@@ -176,10 +176,14 @@ async fn a_balancer_with_the_wrong_secret_is_never_a_peer() {
         vec!["lb3".to_string()],
         "it sees nobody either"
     );
-    let rejected = |lb: &Gearlb| lb.peers()["gossip"]["rejected_bad_tag"].as_u64().unwrap();
+    // Over the proxy port its handshake is refused before any frame is read.
+    let rejected = |lb: &Gearlb| {
+        let g = &lb.peers()["gossip"];
+        g["rejected_bad_tag"].as_u64().unwrap() + g["rejected_handshake"].as_u64().unwrap()
+    };
     assert!(
         rejected(&a) + rejected(&b) > 0,
-        "its frames were seen and dropped"
+        "its gossip was seen and refused"
     );
     assert!(rejected(&evil) > 0);
 }
@@ -334,4 +338,45 @@ async fn partitioned_balancers_see_each_other_dead_and_heal() {
         a.live(),
         b.live()
     );
+}
+
+/// Gossip rides the proxy port: a request for the gossip protocol is answered by the
+/// balancer itself (403 without the handshake proof) and never reaches a web gear,
+/// while the application's own upgrades still do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
+    let gear = TestBackend::start("g1").await;
+    let (_dirs, lbs) = cluster_of(2, &[&gear], "").await;
+    let proxy = lbs[0].proxy;
+    let before = gear.requests();
+    for proof in ["", "gearlb-gossip-auth: v1 1 00\r\n"] {
+        let answer = raw(
+            proxy,
+            format!(
+                "GET /.gearlb/gossip HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: gearlb-gossip/1\r\n{proof}\r\n"
+            )
+            .as_bytes(),
+            Duration::from_millis(500),
+        );
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+    assert_eq!(
+        gear.requests(),
+        before,
+        "no gossip request reached the gear"
+    );
+    assert!(
+        lbs[0].peers()["gossip"]["rejected_handshake"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
+    // The same path without the gossip protocol is the application's.
+    let got = get(proxy, "/.gearlb/gossip", &[("host", "app-ns.example.com")])
+        .await
+        .unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(gear.requests(), before + 1);
+    // Both balancers stay live to each other throughout.
+    assert_eq!(lbs[0].live(), vec!["lb1".to_string(), "lb2".to_string()]);
 }

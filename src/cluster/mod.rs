@@ -362,6 +362,8 @@ pub fn chitchat_config(
 /// A running gossip node.
 pub struct Cluster {
     handle: ChitchatHandle,
+    /// Gossip's side of the proxy port (`http` transport).
+    upgrade: Option<Arc<dyn crate::proxy::UpgradeEndpoint>>,
     self_id: String,
     advertise: SocketAddr,
     known: Mutex<Vec<PeerSpec>>,
@@ -372,8 +374,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Bind the gossip listener and start chitchat. `known` is the persisted or
-    /// configured membership.
+    /// Bind the gossip listener and start chitchat. `listen` is `cluster.listen`, or
+    /// the proxy listener's address with the `http` transport. `known` is the persisted
+    /// or configured membership.
     pub async fn start(
         cfg: &ClusterConfig,
         listen: SocketAddr,
@@ -401,6 +404,9 @@ impl Cluster {
             anyhow::anyhow!("cannot listen for gossip on {listen} (cluster.listen): {e}")
         })?;
         let advertise = transport.advertise_addr();
+        let upgrade = transport
+            .upgrade_endpoint()
+            .map(|u| u as Arc<dyn crate::proxy::UpgradeEndpoint>);
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -418,9 +424,10 @@ impl Cluster {
         }
         let handle = spawn_chitchat(config, initial, &transport).await?;
         let view = build_view(&self_id, advertise, &known, &[], stats.read());
-        info!(node = %self_id, gossip = %advertise, peers = known.len(), "gossip started");
+        info!(node = %self_id, gossip = %advertise, transport = cfg.transport.as_str(), peers = known.len(), "gossip started");
         Ok(Arc::new(Cluster {
             handle,
+            upgrade,
             self_id,
             advertise,
             known: Mutex::new(known),
@@ -437,6 +444,16 @@ impl Cluster {
 
     pub fn advertise(&self) -> SocketAddr {
         self.advertise
+    }
+
+    /// The transport's counters now (the view's copy is as of its last rebuild).
+    pub fn gossip_counters(&self) -> GossipCounters {
+        self.stats.read()
+    }
+
+    /// What the proxy listener serves for gossip (`http` transport), if anything.
+    pub fn upgrade_endpoint(&self) -> Option<Arc<dyn crate::proxy::UpgradeEndpoint>> {
+        self.upgrade.clone()
     }
 
     /// The current view (lock-free).

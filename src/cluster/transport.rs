@@ -1,8 +1,18 @@
-//! Gossip transport: chitchat's messages in authenticated frames over TCP (or UDP).
+//! Gossip transport: chitchat's messages in authenticated frames over a connection
+//! upgraded from HTTP on the proxy port (or over a TCP or UDP port of its own).
 //!
 //! Owns the frame format, its authentication, and moving frames between balancers.
-//! The node platform's port proxy forwards TCP only, so TCP is the default: one cached
-//! outgoing connection per peer (re-opened on failure) and any number of incoming ones.
+//! In a gear the only public port is the HTTP one: the node announces every public
+//! endpoint of a `web_proxy` cartridge to the routers as an application endpoint, and
+//! its port proxy forwards TCP only. So by default ([`Carrier::Http`]) a balancer opens
+//! one cached connection per peer to the peer's public HTTP address, asks for
+//! `Upgrade: gearlb-gossip/1` with an authenticated handshake ([`Auth::handshake`]),
+//! and after the `101` writes frames on it; the peer's proxy hands such connections
+//! over ([`GossipUpgrade`], an [`UpgradeEndpoint`]) and no request asking for that
+//! protocol ever reaches a web gear. [`Carrier::Tcp`] and [`Carrier::Udp`] carry the
+//! same frames on a port of their own (`cluster.listen`, standalone set-ups). Incoming
+//! connections only ever carry frames towards this balancer; replies go out on its own
+//! connection to the sender's advertised address.
 //!
 //! Frame (`u32` big-endian length prefix on TCP; the datagram itself on UDP):
 //!
@@ -32,13 +42,16 @@ use async_trait::async_trait;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket as ChitchatUdp};
 use chitchat::ChitchatEnvelope;
 use hmac::{Hmac, Mac};
+use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
+
+use crate::proxy::UpgradeEndpoint;
 
 const MAGIC: &[u8; 4] = b"GLB1";
 const TAG_LEN: usize = 32;
@@ -52,6 +65,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Incoming gossip connections served at once.
 const MAX_INBOUND: usize = 256;
+/// The HTTP `Upgrade` token of gossip on the proxy port.
+pub const UPGRADE_PROTOCOL: &str = "gearlb-gossip/1";
+/// Path of the gossip upgrade request (the `Upgrade` token is what selects it).
+pub const UPGRADE_PATH: &str = "/.gearlb/gossip";
+/// Header carrying the handshake's proof of the cluster secret.
+pub const AUTH_HEADER: &str = "gearlb-gossip-auth";
+/// How far a handshake's timestamp may be from this balancer's clock.
+const HANDSHAKE_WINDOW_SECS: u64 = 15 * 60;
+/// Time a peer has to answer our upgrade request.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest response head accepted for our upgrade request.
+const MAX_HANDSHAKE_RESPONSE: usize = 4096;
 /// Time a new incoming connection has to deliver its first authentic frame (a peer
 /// sends one as soon as it connects). Until then it is "unproven": when every slot is
 /// taken, the oldest unproven connection is closed to make room, so connections that
@@ -68,6 +93,8 @@ pub struct GossipStats {
     pub rejected_malformed: AtomicU64,
     pub rejected_oversized: AtomicU64,
     pub send_failures: AtomicU64,
+    /// Gossip upgrade requests refused (bad or missing handshake proof).
+    pub rejected_handshake: AtomicU64,
 }
 
 /// A snapshot of [`GossipStats`].
@@ -80,6 +107,8 @@ pub struct GossipCounters {
     pub rejected_malformed: u64,
     pub rejected_oversized: u64,
     pub send_failures: u64,
+    #[serde(default)]
+    pub rejected_handshake: u64,
 }
 
 impl GossipStats {
@@ -93,6 +122,7 @@ impl GossipStats {
             rejected_malformed: r(&self.rejected_malformed),
             rejected_oversized: r(&self.rejected_oversized),
             send_failures: r(&self.send_failures),
+            rejected_handshake: r(&self.rejected_handshake),
         }
     }
 }
@@ -155,6 +185,53 @@ impl Auth {
         mac.update(&out);
         out.extend_from_slice(&mac.finalize().into_bytes());
         out
+    }
+
+    /// The handshake proof of a gossip upgrade request made at `unix_secs`:
+    /// `v1 <secs> <hex HMAC(key, "gearlb gossip upgrade" | cluster tag | secs)>`.
+    pub fn handshake(&self, unix_secs: u64) -> String {
+        let mut mac = self.mac();
+        mac.update(b"gearlb gossip upgrade");
+        mac.update(&self.cluster_tag);
+        mac.update(&unix_secs.to_be_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut hex = String::with_capacity(64);
+        for b in tag {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        format!("v1 {unix_secs} {hex}")
+    }
+
+    /// Whether `value` is a handshake proof of this cluster made within
+    /// [`HANDSHAKE_WINDOW_SECS`] of `now_secs`.
+    pub fn check_handshake(&self, value: &[u8], now_secs: u64) -> bool {
+        let Ok(text) = std::str::from_utf8(value) else {
+            return false;
+        };
+        let mut parts = text.split(' ');
+        let (Some("v1"), Some(secs), Some(hex), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        let Ok(secs) = secs.parse::<u64>() else {
+            return false;
+        };
+        if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS || hex.len() != 64 {
+            return false;
+        }
+        let mut tag = [0u8; 32];
+        for (i, byte) in tag.iter_mut().enumerate() {
+            match u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16) {
+                Ok(b) => *byte = b,
+                Err(_) => return false,
+            }
+        }
+        let mut mac = self.mac();
+        mac.update(b"gearlb gossip upgrade");
+        mac.update(&self.cluster_tag);
+        mac.update(&secs.to_be_bytes());
+        mac.verify_slice(&tag).is_ok()
     }
 
     /// Check a frame; returns the sender's address and the message.
@@ -252,29 +329,54 @@ impl Codec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Carrier {
+    /// Upgraded HTTP/1.1 connections on the proxy port (the default in a gear).
+    Http,
+    /// A TCP port of its own (`cluster.listen`).
     Tcp,
+    /// A UDP port of its own (`cluster.listen`).
     Udp,
 }
+
+impl Carrier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Carrier::Http => "http",
+            Carrier::Tcp => "tcp",
+            Carrier::Udp => "udp",
+        }
+    }
+}
+
+/// An incoming gossip connection: frames are only ever read from it.
+pub type InboundStream = Box<dyn AsyncRead + Send + Unpin>;
+
+/// Incoming connections handed over by the proxy, queued for the gossip reader.
+const UPGRADE_QUEUE: usize = 64;
 
 enum Bound {
     Tcp(TcpListener),
     Udp(Arc<UdpSocket>),
+    Http(mpsc::Receiver<(InboundStream, SocketAddr)>),
 }
 
 /// chitchat [`Transport`] over authenticated frames. The listening socket is bound
 /// beforehand (so its address is known before chitchat starts) and handed over on
-/// `open`.
+/// `open`; with [`Carrier::Http`] nothing is bound here: the proxy listener passes
+/// upgraded connections in through [`GossipTransport::upgrade_endpoint`].
 pub struct GossipTransport {
     bound: Mutex<Option<Bound>>,
+    carrier: Carrier,
     local: SocketAddr,
     advertise: SocketAddr,
     auth: Auth,
     stats: Arc<GossipStats>,
+    upgrades: Option<mpsc::Sender<(InboundStream, SocketAddr)>>,
 }
 
 impl GossipTransport {
-    /// Bind `listen` with `carrier`; frames say they come from `advertise` (or the bound
-    /// address when `None`).
+    /// Bind `listen` with `carrier` (for [`Carrier::Http`], `listen` is the proxy
+    /// listener's address and nothing is bound); frames say they come from `advertise`
+    /// (or the listen address when `None`).
     pub async fn bind(
         carrier: Carrier,
         listen: SocketAddr,
@@ -282,6 +384,7 @@ impl GossipTransport {
         auth: Auth,
         stats: Arc<GossipStats>,
     ) -> std::io::Result<Self> {
+        let mut upgrades = None;
         let (bound, local) = match carrier {
             Carrier::Tcp => {
                 let l = TcpListener::bind(listen).await?;
@@ -293,13 +396,20 @@ impl GossipTransport {
                 let a = s.local_addr()?;
                 (Bound::Udp(Arc::new(s)), a)
             }
+            Carrier::Http => {
+                let (tx, rx) = mpsc::channel(UPGRADE_QUEUE);
+                upgrades = Some(tx);
+                (Bound::Http(rx), listen)
+            }
         };
         Ok(GossipTransport {
             bound: Mutex::new(Some(bound)),
+            carrier,
             local,
             advertise: advertise.unwrap_or(local),
             auth,
             stats,
+            upgrades,
         })
     }
 
@@ -310,6 +420,56 @@ impl GossipTransport {
     pub fn advertise_addr(&self) -> SocketAddr {
         self.advertise
     }
+
+    /// What the proxy listener needs to hand gossip upgrades over ([`Carrier::Http`]).
+    pub fn upgrade_endpoint(&self) -> Option<Arc<GossipUpgrade>> {
+        let tx = self.upgrades.clone()?;
+        Some(Arc::new(GossipUpgrade {
+            auth: self.auth.clone(),
+            stats: self.stats.clone(),
+            tx,
+        }))
+    }
+}
+
+/// The proxy port's side of gossip: checks a gossip upgrade request's handshake and
+/// takes the connection once upgraded.
+pub struct GossipUpgrade {
+    auth: Auth,
+    stats: Arc<GossipStats>,
+    tx: mpsc::Sender<(InboundStream, SocketAddr)>,
+}
+
+impl UpgradeEndpoint for GossipUpgrade {
+    fn protocol(&self) -> &'static str {
+        UPGRADE_PROTOCOL
+    }
+
+    fn admit(&self, headers: &http::HeaderMap) -> bool {
+        let ok = headers
+            .get(AUTH_HEADER)
+            .is_some_and(|v| self.auth.check_handshake(v.as_bytes(), unix_secs()));
+        if !ok {
+            self.stats
+                .rejected_handshake
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    fn accept(&self, io: hyper::upgrade::Upgraded, peer: SocketAddr) {
+        let stream: InboundStream = Box::new(TokioIo::new(io));
+        if self.tx.try_send((stream, peer)).is_err() {
+            debug!(peer = %peer, "gossip upgrade queue full: connection dropped");
+        }
+    }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[async_trait]
@@ -322,15 +482,26 @@ impl Transport for GossipTransport {
             .take()
             .ok_or_else(|| anyhow::anyhow!("gossip transport already opened"))?;
         let (inbound_tx, inbound) = mpsc::channel(1024);
-        let carrier = match bound {
+        let outbound = match bound {
             Bound::Tcp(listener) => {
-                tokio::spawn(accept_loop(
-                    listener,
+                let (tx, rx) = mpsc::channel(UPGRADE_QUEUE);
+                tokio::spawn(tcp_accept_loop(listener, tx, inbound_tx.clone()));
+                tokio::spawn(serve_inbound(
+                    rx,
                     self.auth.clone(),
                     self.stats.clone(),
                     inbound_tx,
                 ));
-                Outbound::Tcp(HashMap::new())
+                Outbound::Streams(HashMap::new())
+            }
+            Bound::Http(rx) => {
+                tokio::spawn(serve_inbound(
+                    rx,
+                    self.auth.clone(),
+                    self.stats.clone(),
+                    inbound_tx,
+                ));
+                Outbound::Streams(HashMap::new())
             }
             Bound::Udp(socket) => {
                 tokio::spawn(udp_recv_loop(
@@ -345,7 +516,8 @@ impl Transport for GossipTransport {
         Ok(Box::new(GossipSocket {
             codec: Codec::new().await?,
             inbound,
-            outbound: carrier,
+            outbound,
+            carrier: self.carrier,
             auth: self.auth.clone(),
             local: self.local,
             advertise: self.advertise,
@@ -355,7 +527,7 @@ impl Transport for GossipTransport {
 }
 
 enum Outbound {
-    Tcp(HashMap<SocketAddr, mpsc::Sender<Vec<u8>>>),
+    Streams(HashMap<SocketAddr, mpsc::Sender<Vec<u8>>>),
     Udp(Arc<UdpSocket>),
 }
 
@@ -363,6 +535,7 @@ struct GossipSocket {
     codec: Codec,
     inbound: mpsc::Receiver<(SocketAddr, Vec<u8>)>,
     outbound: Outbound,
+    carrier: Carrier,
     auth: Auth,
     local: SocketAddr,
     advertise: SocketAddr,
@@ -390,12 +563,13 @@ impl Socket for GossipSocket {
                     debug!(peer = %to, error = %e, "gossip send failed");
                 }
             }
-            Outbound::Tcp(peers) => {
+            Outbound::Streams(peers) => {
+                let upgrade = (self.carrier == Carrier::Http).then(|| self.auth.clone());
                 let queue = peers
                     .entry(to)
-                    .or_insert_with(|| spawn_writer(to, self.stats.clone()));
+                    .or_insert_with(|| spawn_writer(to, upgrade.clone(), self.stats.clone()));
                 if queue.is_closed() {
-                    *queue = spawn_writer(to, self.stats.clone());
+                    *queue = spawn_writer(to, upgrade, self.stats.clone());
                 }
                 if queue.try_send(frame).is_err() {
                     self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
@@ -431,20 +605,95 @@ impl Socket for GossipSocket {
     }
 }
 
+/// Open a connection to `to` for frames: plain TCP, or (with `upgrade`) an HTTP/1.1
+/// request for `Upgrade: gearlb-gossip/1` carrying the handshake proof, answered `101`.
+async fn connect(to: SocketAddr, upgrade: Option<&Auth>) -> std::io::Result<TcpStream> {
+    let mut s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = s.set_nodelay(true);
+    let Some(auth) = upgrade else {
+        return Ok(s);
+    };
+    let request = format!(
+        "GET {UPGRADE_PATH} HTTP/1.1\r\nHost: {to}\r\nConnection: Upgrade\r\nUpgrade: {UPGRADE_PROTOCOL}\r\n{AUTH_HEADER}: {}\r\nContent-Length: 0\r\n\r\n",
+        auth.handshake(unix_secs())
+    );
+    let answer = async {
+        s.write_all(request.as_bytes()).await?;
+        // The peer sends nothing after its response head (incoming connections carry
+        // frames one way), so whatever is read up to the blank line is the head.
+        let mut head = Vec::with_capacity(256);
+        let mut chunk = [0u8; 512];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            if head.len() >= MAX_HANDSHAKE_RESPONSE {
+                return Err(std::io::Error::other("upgrade response head too long"));
+            }
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "closed during the gossip upgrade",
+                ));
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        Ok(head)
+    };
+    let head = tokio::time::timeout(HANDSHAKE_TIMEOUT, answer)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no upgrade answer"))??;
+    let text = String::from_utf8_lossy(&head);
+    let status_ok = text.starts_with("HTTP/1.1 101 ");
+    let protocol_ok = text.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("upgrade")
+                && v.trim().eq_ignore_ascii_case(UPGRADE_PROTOCOL)
+        })
+    });
+    if status_ok && protocol_ok {
+        Ok(s)
+    } else {
+        let line = text.lines().next().unwrap_or_default().to_string();
+        Err(std::io::Error::other(format!(
+            "gossip upgrade refused: {}",
+            crate::gear::printable(&line)
+        )))
+    }
+}
+
 /// A task owning the outgoing connection to one peer.
-fn spawn_writer(to: SocketAddr, stats: Arc<GossipStats>) -> mpsc::Sender<Vec<u8>> {
+fn spawn_writer(
+    to: SocketAddr,
+    upgrade: Option<Auth>,
+    stats: Arc<GossipStats>,
+) -> mpsc::Sender<Vec<u8>> {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
     tokio::spawn(async move {
         let mut conn: Option<TcpStream> = None;
+        // The last reason a connection could not be opened, logged when it changes.
+        let mut last_error = String::new();
         while let Some(frame) = rx.recv().await {
             if conn.is_none() {
-                match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
-                    Ok(Ok(s)) => {
-                        let _ = s.set_nodelay(true);
+                match connect(to, upgrade.as_ref()).await {
+                    Ok(s) => {
+                        if !last_error.is_empty() {
+                            debug!(peer = %to, "gossip connection open again");
+                            last_error.clear();
+                        }
                         conn = Some(s);
                     }
-                    _ => {
+                    Err(e) => {
                         stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                        let now = e.to_string();
+                        if now != last_error {
+                            if now.contains("refused:") {
+                                warn!(peer = %to, error = %now, "peer refused gossip (other application secret, or clocks more than 15 min apart?)");
+                            } else {
+                                debug!(peer = %to, error = %now, "gossip connection failed");
+                            }
+                            last_error = now;
+                        }
                         continue; // dropped: the next gossip round sends fresh state
                     }
                 }
@@ -462,16 +711,12 @@ fn spawn_writer(to: SocketAddr, stats: Arc<GossipStats>) -> mpsc::Sender<Vec<u8>
     tx
 }
 
-async fn accept_loop(
+/// Accept TCP gossip connections and queue them for [`serve_inbound`].
+async fn tcp_accept_loop(
     listener: TcpListener,
-    auth: Auth,
-    stats: Arc<GossipStats>,
+    streams: mpsc::Sender<(InboundStream, SocketAddr)>,
     inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
 ) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
-    // Connections that have not sent an authentic frame yet, oldest first.
-    let unproven: Arc<Mutex<VecDeque<(u64, CancellationToken)>>> = Arc::default();
-    let mut next_id: u64 = 0;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -481,6 +726,24 @@ async fn accept_loop(
                 continue;
             }
         };
+        if inbound.is_closed() || streams.send((Box::new(stream), peer)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Read frames from every incoming connection (at most [`MAX_INBOUND`] at once).
+async fn serve_inbound(
+    mut streams: mpsc::Receiver<(InboundStream, SocketAddr)>,
+    auth: Auth,
+    stats: Arc<GossipStats>,
+    inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
+    // Connections that have not sent an authentic frame yet, oldest first.
+    let unproven: Arc<Mutex<VecDeque<(u64, CancellationToken)>>> = Arc::default();
+    let mut next_id: u64 = 0;
+    while let Some((stream, peer)) = streams.recv().await {
         if inbound.is_closed() {
             return;
         }
@@ -538,8 +801,8 @@ async fn accept_loop(
     }
 }
 
-async fn read_frames(
-    mut stream: TcpStream,
+async fn read_frames<S: AsyncRead + Unpin>(
+    mut stream: S,
     auth: &Auth,
     stats: &GossipStats,
     inbound: &mpsc::Sender<(SocketAddr, Vec<u8>)>,
@@ -641,6 +904,38 @@ mod tests {
             a.open(&vec![0u8; MAX_FRAME + 1]),
             Err(FrameError::Oversized)
         );
+    }
+
+    #[test]
+    fn handshakes_prove_the_secret_within_a_window() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let now = 1_800_000_000;
+        let proof = a.handshake(now);
+        assert!(a.check_handshake(proof.as_bytes(), now));
+        assert!(
+            a.check_handshake(proof.as_bytes(), now + 60),
+            "small clock skew"
+        );
+        assert!(
+            !a.check_handshake(proof.as_bytes(), now + HANDSHAKE_WINDOW_SECS + 1),
+            "a replay later than the window"
+        );
+        assert!(!Auth::new("app1", b"secret-other-key").check_handshake(proof.as_bytes(), now));
+        assert!(!Auth::new("app2", b"secret-0123456789").check_handshake(proof.as_bytes(), now));
+        // Another time in the same proof: the tag no longer matches.
+        let forged = proof.replacen(&now.to_string(), &(now + 1).to_string(), 1);
+        assert!(!a.check_handshake(forged.as_bytes(), now));
+        for bad in [
+            "",
+            "v1",
+            "v1 x y",
+            "v2 1 00",
+            "v1 1800000000 zz",
+            &format!("{proof} x"),
+        ] {
+            assert!(!a.check_handshake(bad.as_bytes(), now), "{bad:?} accepted");
+        }
+        assert!(!a.check_handshake(&[0xff, 0xfe], now));
     }
 
     #[test]

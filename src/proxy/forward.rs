@@ -156,6 +156,16 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
         })
 }
 
+/// True when the request's `Upgrade` header lists `protocol` (case-insensitive).
+pub fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
+    headers.get_all(header::UPGRADE).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case(protocol))
+        })
+    })
+}
+
 /// Why a client request must be refused before it reaches a backend, and with which
 /// status: framing or target information that the balancer and a backend (or the proxy
 /// in front) could read differently. hyper already refuses malformed heads, invalid

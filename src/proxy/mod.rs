@@ -124,6 +124,19 @@ impl Settings {
     }
 }
 
+/// A protocol the balancer itself speaks on the proxy port, reached by an HTTP/1.1
+/// upgrade (gossip between balancers: in a gear the HTTP port is the only public one).
+/// A request asking to upgrade to [`UpgradeEndpoint::protocol`] never reaches a gear: it
+/// is answered `101` when [`UpgradeEndpoint::admit`] accepts its credentials, else `403`.
+pub trait UpgradeEndpoint: Send + Sync {
+    /// The `Upgrade` token it answers (compared case-insensitively).
+    fn protocol(&self) -> &'static str;
+    /// Whether the request proves it may use the protocol (checked before the `101`).
+    fn admit(&self, headers: &http::HeaderMap) -> bool;
+    /// Take the upgraded connection.
+    fn accept(&self, io: hyper::upgrade::Upgraded, peer: std::net::SocketAddr);
+}
+
 /// Everything a connection needs, shared by all of them.
 pub struct ProxyCtx {
     pub router: Arc<Router>,
@@ -138,6 +151,8 @@ pub struct ProxyCtx {
     sweeping: std::sync::atomic::AtomicBool,
     /// `limits.max_connections`, shared by the HTTP and HTTPS listeners.
     permits: std::sync::OnceLock<Arc<Semaphore>>,
+    /// The balancer's own upgrade protocol on this port (gossip), if any.
+    endpoint: Option<Arc<dyn UpgradeEndpoint>>,
 }
 
 impl ProxyCtx {
@@ -157,7 +172,14 @@ impl ProxyCtx {
             stopping,
             sweeping: std::sync::atomic::AtomicBool::new(false),
             permits: std::sync::OnceLock::new(),
+            endpoint: None,
         }
+    }
+
+    /// Serve `endpoint`'s protocol on the proxy port (see [`UpgradeEndpoint`]).
+    pub fn with_endpoint(mut self, endpoint: Option<Arc<dyn UpgradeEndpoint>>) -> Self {
+        self.endpoint = endpoint;
+        self
     }
 
     /// A failure on live traffic; the request that makes it `eject_after` in a row
@@ -498,6 +520,13 @@ async fn forward(
 ) -> ForwardResult {
     let ctx = &conn.ctx;
     let upgrade = forward::is_upgrade(req.headers());
+    if upgrade {
+        if let Some(ep) = &ctx.endpoint {
+            if forward::upgrade_names(req.headers(), ep.protocol()) {
+                return Ok((endpoint_upgrade(ep, conn.client.peer, req), None));
+            }
+        }
+    }
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     if let Some((status, why)) = forward::request_problem(&parts) {
@@ -776,6 +805,37 @@ fn respond(
         }
     }
     Response::from_parts(parts, ProxyBody::upstream(body, flight))
+}
+
+/// Answer a request for the balancer's own upgrade protocol: `101` and hand the
+/// connection to `ep` once hyper lets go of it, or `403` when its credentials are bad.
+fn endpoint_upgrade(
+    ep: &Arc<dyn UpgradeEndpoint>,
+    peer: std::net::SocketAddr,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    if req.version() != http::Version::HTTP_11 || !ep.admit(req.headers()) {
+        let mut resp = Response::new(ProxyBody::text("403 Forbidden\n"));
+        *resp.status_mut() = StatusCode::FORBIDDEN;
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
+    }
+    let on = hyper::upgrade::on(&mut req);
+    let protocol = ep.protocol();
+    let ep = ep.clone();
+    tokio::spawn(async move {
+        match on.await {
+            Ok(io) => ep.accept(io, peer),
+            Err(e) => debug!(error = %e, "upgrade to {} did not complete", ep.protocol()),
+        }
+    });
+    let mut resp = Response::new(ProxyBody::text(""));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static(protocol));
+    resp
 }
 
 fn error_response(e: &ForwardError) -> Response<ProxyBody> {

@@ -609,7 +609,7 @@ pub fn cluster_config(dir: &Path, id: &str, secret: &str, extra: &str) -> String
         dir,
         &[],
         &format!(
-            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n{extra}"
+            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\ntransport = \"http\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n{extra}"
         ),
     )
 }
