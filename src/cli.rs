@@ -56,6 +56,12 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// What the node platform runs in a balancer gear (`bin/control`, `bin/setup`
+    /// and the hooks exec into this; see the README's cartridge section).
+    Cartridge {
+        #[command(subcommand)]
+        command: CartridgeCommand,
+    },
     /// Talk to a running balancer over its control socket.
     Ctl {
         /// Control socket (default: control.socket from the configuration).
@@ -66,6 +72,33 @@ pub enum Command {
         config: Option<PathBuf>,
         #[command(subcommand)]
         command: CtlCommand,
+    },
+}
+
+/// The cartridge's entry points, called with the node's arguments as they come.
+#[derive(Debug, Subcommand)]
+pub enum CartridgeCommand {
+    /// `bin/control ACTION [ARGS...]`: start, stop, restart, reload, force-reload,
+    /// status, tidy, update-cluster, disable-server, enable-server (others exit 0).
+    Control {
+        action: Option<String>,
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// `bin/setup [--version V]`.
+    Setup {
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// `hooks/publish-gearlb-peer <gear_name> <namespace> <gear_uuid>`.
+    PublishPeer {
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// `hooks/set-gearlb-peers <gear_name> <namespace> <gear_uuid> "<list>"`.
+    SetPeers {
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
     },
 }
 
@@ -155,6 +188,18 @@ pub fn main(release: Option<memory::Release>) -> i32 {
         } => run(config.as_deref(), log_format, log_requests, release),
         Command::Check { config } => check(config.as_deref()),
         Command::Demo => demo(),
+        Command::Cartridge { command } => {
+            use crate::cartridge::{self, Invocation};
+            cartridge::main(match command {
+                CartridgeCommand::Control { action, args } => Invocation::Control {
+                    action: action.unwrap_or_default(),
+                    args,
+                },
+                CartridgeCommand::Setup { args } => Invocation::Setup { args },
+                CartridgeCommand::PublishPeer { args } => Invocation::PublishPeer { args },
+                CartridgeCommand::SetPeers { args } => Invocation::SetPeers { args },
+            })
+        }
         Command::Ctl {
             socket,
             config,
@@ -392,6 +437,7 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
                     gear,
                     op: crate::rotation::Op::Out,
                     timeout_ms,
+                    node: false,
                 },
                 as_json,
             )
@@ -405,6 +451,7 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
                 gear,
                 op: crate::rotation::Op::In,
                 timeout_ms: None,
+                node: false,
             },
             as_json,
         ),

@@ -54,6 +54,10 @@ pub enum Request {
         /// Drain deadline (rotate-out), milliseconds; default `rotate.timeout`.
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// The node platform's call (`bin/control`): the outcome is this balancer's
+        /// own, and no quorum is needed (see `App::rotate`).
+        #[serde(default)]
+        node: bool,
     },
     /// Re-read the config file, with this environment (the caller's: in cartridge mode
     /// `bin/control reload` runs with the gear's current variables).

@@ -24,6 +24,8 @@
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
 //! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
 //! - [`memory`]: returning freed heap pages to the system when a worker goes idle.
+//! - [`cartridge`]: what the node platform runs in a gear (`bin/control`, setup,
+//!   hooks), the daemon's life there, and the node's gear registry.
 //! - [`cli`]: the command line.
 //!
 //! The request path reads an immutable routing snapshot and atomic counters only: it
@@ -31,6 +33,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cartridge;
 pub mod cli;
 pub mod cluster;
 pub mod config;

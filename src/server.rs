@@ -44,6 +44,9 @@ use crate::status::StatusSource;
 /// Exit code of `update-cluster` when some entries were invalid (as the old cartridge).
 pub const EXIT_BAD_ENTRIES: i32 = 22;
 
+/// How long the node's rotate call waits for peers once this balancer is done.
+const NODE_PEER_GRACE: Duration = Duration::from_secs(5);
+
 /// The shared application state behind the listeners.
 pub struct App {
     router: Arc<Router>,
@@ -77,6 +80,13 @@ pub struct App {
     tls: Option<Arc<crate::tls::TlsAcceptor>>,
     /// The configuration in force; also serialises control-plane operations.
     config: tokio::sync::Mutex<Config>,
+    /// How the node's gear uuids map to labels (see `cartridge::registry`).
+    names: crate::cartridge::registry::Names,
+    /// The node's gear registry, when in a gear.
+    registry_path: Option<PathBuf>,
+    /// Held while this balancer runs: calls made while it is stopped go to the
+    /// pending file instead (see `state`).
+    _state_lock: crate::state::StateLock,
 }
 
 /// A balancer with its listeners bound, not yet serving.
@@ -112,11 +122,7 @@ fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
 /// every balancer uses for this gear (`<gearname>-<ns>`, BZ 1377433).
 fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
     let addr = cfg.local_gear.clone()?;
-    let cookie = match (&cfg.gear.dns, &cfg.gear.name, &cfg.gear.namespace) {
-        (Some(dns), _, _) => dns.split('.').next().map(str::to_ascii_lowercase),
-        (None, Some(name), Some(ns)) => Some(format!("{name}-{ns}")),
-        _ => None,
-    };
+    let cookie = own_label(cfg);
     Some(BackendSpec {
         name: "local-gear".into(),
         addr,
@@ -133,6 +139,19 @@ impl Server {
         let router = Arc::new(Router::new(cfg.limits.max_idle_per_backend));
         let store = StateStore::new(&cfg.state.dir);
         let fingerprint = backends_fingerprint(&cfg.backends);
+        // A live balancer on the same control socket is refused first; then the state
+        // directory is ours (a caller recording a call while we were stopped holds it
+        // for a moment: wait for it).
+        let control_path = cfg.control.socket.clone();
+        let control_listener = control::bind(&control_path).await?;
+        let state_lock = take_state_lock(&store).await?;
+        let pending = match store.load_pending() {
+            Ok(p) => p.filter(|p| !p.is_empty()),
+            Err(e) => {
+                error!(error = %e, "calls recorded while stopped cannot be read: ignored");
+                None
+            }
+        };
         let mut saved_peers = Vec::new();
         let mut saved_rotations = Vec::new();
         let (specs, from_state) = match store.load() {
@@ -160,8 +179,6 @@ impl Server {
             }
         };
 
-        let control_path = cfg.control.socket.clone();
-        let control_listener = control::bind(&control_path).await?;
         let proxy_listener = TcpListener::bind(cfg.listen.proxy)
             .await
             .with_context(|| format!("cannot listen on {} (listen.proxy)", cfg.listen.proxy))?;
@@ -205,6 +222,14 @@ impl Server {
                 Some(Cluster::start(&cfg.cluster, listen, known, cfg.gear.name.clone()).await?)
             }
         };
+        // Rotations recorded while stopped merge with the saved ones (the latest op per
+        // gear wins).
+        if let Some(p) = &pending {
+            for op in &p.rotations {
+                info!(gear = %op.gear, op = ?op.op, "rotation recorded while stopped applied");
+            }
+            saved_rotations.extend(p.rotations.iter().cloned());
+        }
         // Rotated-out gears come back out of rotation, before anything is served.
         let rotations = Arc::new(Rotations::new(saved_rotations));
         router.set_rotated_out(
@@ -315,8 +340,18 @@ impl Server {
             gear_dns: cfg.gear.dns.clone(),
             metrics,
             tls,
+            names: gear_names(&cfg),
+            registry_path: cfg
+                .gear
+                .homedir
+                .as_deref()
+                .map(crate::cartridge::registry::path),
+            _state_lock: state_lock,
             config: tokio::sync::Mutex::new(cfg),
         });
+        if let Some(p) = pending {
+            app.apply_pending(p).await;
+        }
         Ok(Server {
             app,
             proxy_listener,
@@ -639,6 +674,15 @@ impl App {
             error!(error = %e, "update-cluster applied in memory but not saved");
         }
         let mut message = describe_change(&change);
+        // The node's list was empty (its registry has no web gear) and this gear has no
+        // web server of its own: nothing is left to route to. Applied, as the platform
+        // means it, but said loudly.
+        if self.router.specs().is_empty() {
+            warn!("update-cluster left no web gear: requests get 503 until a gear is listed");
+            message.push_str(
+                "\nwarning: no web gear left to route to: requests get 503 until update-cluster lists one",
+            );
+        }
         if !kept.is_empty() {
             message.push_str(&format!(
                 "\nkept with their current address: {}",
@@ -742,8 +786,11 @@ impl App {
     }
 
     /// The gear a rotate command names: its sticky label. GEAR may be the server name
-    /// (`gear-<gearname>-<ns>`), the label (`<gearname>-<ns>`), or the gear name or uuid
-    /// alone (unique prefix of a label before `-<ns>`).
+    /// (`gear-<gearname>-<ns>`, `local-gear`), the label (`<gearname>-<ns>`), a gear uuid
+    /// as the node passes it (this balancer's own, the head gear's, one in the node's
+    /// gear registry, or any other: `<uuid>-<ns>`), or the gear name alone (unique
+    /// prefix of a label before `-<ns>`). A gear no balancer lists yet is named all the
+    /// same: its rotation is kept and applies when it appears.
     fn resolve_gear(&self, arg: &str) -> Result<String, String> {
         let table = self.router.snapshot();
         let labels: Vec<&str> = table
@@ -762,6 +809,21 @@ impl App {
         if labels.contains(&arg) {
             return Ok(arg.to_string());
         }
+        use crate::cartridge::registry::{self, label_for_uuid};
+        let registry = match &self.registry_path {
+            Some(p) if registry::is_uuid(arg) => registry::Registry::load(p).unwrap_or_else(|e| {
+                warn!(error = %e, "gear registry unreadable: naming gears without it");
+                registry::Registry::default()
+            }),
+            _ => registry::Registry::default(),
+        };
+        let n = &self.names;
+        let same = |k: &Option<String>| k.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(arg));
+        if same(&n.own_uuid) || same(&n.app_uuid) || registry.get(arg).is_some() {
+            if let Some(l) = label_for_uuid(arg, n, &registry) {
+                return Ok(l);
+            }
+        }
         let with_ns = self.namespace.as_ref().map(|ns| format!("{arg}-{ns}"));
         if let Some(l) = with_ns.filter(|l| labels.contains(&l.as_str())) {
             return Ok(l);
@@ -773,10 +835,12 @@ impl App {
         match prefixed.as_slice() {
             [one] => Ok(one.to_string()),
             [] => {
-                // A gear another balancer knows but this one does not (yet): allow a
-                // label-shaped name, so a rotate-out issued early still sticks.
-                if gear::is_dns_name(arg) && arg.contains('-') && !arg.contains('.') {
-                    Ok(arg.to_string())
+                // A gear another balancer knows but this one does not (yet): a uuid
+                // names `<uuid>-<ns>`, and a label-shaped name itself.
+                if let Some(l) = label_for_uuid(arg, n, &registry) {
+                    Ok(l)
+                } else if gear::is_dns_name(arg) && arg.contains('-') && !arg.contains('.') {
+                    Ok(arg.to_ascii_lowercase())
                 } else {
                     Err(format!("unknown gear {:?}", gear::printable(arg)))
                 }
@@ -792,14 +856,52 @@ impl App {
         }
     }
 
+    /// Apply the calls recorded while this balancer was stopped, through the same code
+    /// as live ones (rotations were merged at start); forget them once saved.
+    async fn apply_pending(&self, p: crate::state::Pending) {
+        if let Some(args) = &p.set_peers {
+            let r = self.set_peers(args).await;
+            info!(
+                exit_code = r.exit_code,
+                "set-peers recorded while stopped applied: {}", r.message
+            );
+        }
+        if let Some(args) = &p.update_cluster {
+            let r = self.update_cluster(args).await;
+            info!(
+                exit_code = r.exit_code,
+                "update-cluster recorded while stopped applied: {}", r.message
+            );
+        }
+        match self.persist() {
+            Ok(()) => {
+                if let Err(e) = self.store.clear_pending(&self._state_lock) {
+                    warn!(error = %e, "applied calls recorded while stopped not cleared: they apply again at the next start");
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "calls recorded while stopped applied but not saved: kept for the next start")
+            }
+        }
+    }
+
     /// Rotate a gear out (drain everywhere) or in, and wait until every live balancer
     /// acknowledged. The result is the platform's rotate JSON shape.
+    ///
+    /// `node` is the node platform's call (`bin/control disable-server|enable-server`),
+    /// which asks every balancer itself, in parallel, and aborts the deploy on any
+    /// nonzero exit: there the outcome is this balancer's own (success once it has
+    /// drained the gear, or put it back; peers that did not acknowledge are reported,
+    /// not failed), and no quorum is needed (draining is always safe, and the op reaches
+    /// the others when they are back). Either way a rotation of the gear in the same
+    /// direction already in force is joined, not repeated.
     pub async fn rotate(
         &self,
         arg: &str,
         op: Op,
         timeout: Option<Duration>,
         progress: &control::Progress,
+        node: bool,
     ) -> Reply {
         let default_timeout = self.config.lock().await.rotate.timeout;
         let verb = match op {
@@ -811,6 +913,7 @@ impl App {
             Err(e) => return Reply::error(1, format!("{verb}: {e}")),
         };
         let target = match &self.namespace {
+            _ if node => arg.to_string(),
             Some(ns) => label
                 .strip_suffix(&format!("-{ns}"))
                 .unwrap_or(&label)
@@ -818,7 +921,7 @@ impl App {
             None => label.clone(),
         };
         let view = self.cluster_view();
-        if view.enabled && view.live.len() * 2 < view.known_count {
+        if !node && view.enabled && view.live.len() * 2 < view.known_count {
             let msg = format!(
                 "{verb} {label}: only {} of {} known balancers reachable: no quorum, nothing changed",
                 view.live.len(),
@@ -840,11 +943,22 @@ impl App {
         }
         let timeout = timeout.unwrap_or(default_timeout);
         let started = tokio::time::Instant::now();
-        let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
+        // The node asks every balancer at once: the first op taken wins, the others
+        // join it (as does a repeated command).
+        let joined = self
+            .rotations
+            .ops()
+            .get(&label)
+            .filter(|o| o.op == op)
+            .cloned();
+        let submitted = match joined {
+            Some(o) => o,
+            None => self.rotations.submit(&label, op, &self.self_id, timeout),
+        };
         if let Some(c) = &self.cluster {
             c.push_now();
         }
-        let epoch = submitted.epoch();
+        let mut epoch = submitted.epoch();
         let done_state = match op {
             Op::Out => AckState::Drained,
             Op::In => AckState::Active,
@@ -856,7 +970,15 @@ impl App {
         };
         info!(gear = %label, epoch = %epoch, "{verb} started");
         let mut last_line = String::new();
+        let mut self_done_at: Option<tokio::time::Instant> = None;
         let (acked, pending, inflight, forced, superseded) = loop {
+            // Two balancers took the same command at once: the later op of the same
+            // direction wins everywhere, and is the one to wait for.
+            if let Some(o) = self.rotations.ops().get(&label) {
+                if o.op == op && o.epoch() != epoch {
+                    epoch = o.epoch();
+                }
+            }
             let view = self.cluster_view();
             let mut acks: BTreeMap<String, Option<rotation::Ack>> = BTreeMap::new();
             acks.insert(
@@ -906,7 +1028,14 @@ impl App {
                 let _ = progress.send(line.clone());
                 last_line = line;
             }
-            if pending.is_empty() || superseded.is_some() || left.is_zero() {
+            // The node's call: once this balancer is done, peers get a few seconds more
+            // (the node asks each of them itself).
+            let self_done = acked.contains(&self.self_id);
+            if node && self_done && self_done_at.is_none() {
+                self_done_at = Some(tokio::time::Instant::now());
+            }
+            let peers_waited_enough = self_done_at.is_some_and(|t| t.elapsed() >= NODE_PEER_GRACE);
+            if pending.is_empty() || superseded.is_some() || left.is_zero() || peers_waited_enough {
                 break (acked, pending, inflight, forced, superseded);
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -914,7 +1043,9 @@ impl App {
 
         let view = self.cluster_view();
         let mut results = BTreeMap::new();
-        let ok = pending.is_empty() && superseded.is_none();
+        let all_acked = pending.is_empty() && superseded.is_none();
+        let self_ok = acked.contains(&self.self_id) && superseded.is_none();
+        let ok = if node { self_ok } else { all_acked };
         for id in acked.iter().chain(pending.iter()) {
             let mut messages = Vec::new();
             let mut errors = Vec::new();
@@ -929,6 +1060,11 @@ impl App {
                         "forced: {n} request(s) or tunnel(s) cut at the {timeout:?} deadline"
                     ));
                 }
+            } else if node && self_ok {
+                errors.push(format!(
+                    "no acknowledgment within {:?} (reported, not failed: the node asks this balancer itself)",
+                    started.elapsed()
+                ));
             } else {
                 errors.push(format!("no acknowledgment within {give_up:?}"));
             }
@@ -1102,6 +1238,49 @@ impl App {
     }
 }
 
+/// Take the state directory's lock, waiting a little for a caller that holds it to
+/// record a call; fails when another balancer holds it.
+async fn take_state_lock(store: &StateStore) -> anyhow::Result<crate::state::StateLock> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.try_lock() {
+            Ok(Some(l)) => return Ok(l),
+            Ok(None) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Ok(None) => anyhow::bail!(
+                "state directory {} is in use by another running gearlb",
+                store
+                    .path()
+                    .parent()
+                    .unwrap_or(store.path().as_path())
+                    .display()
+            ),
+            Err(e) => return Err(e).context("cannot lock the state directory"),
+        }
+    }
+}
+
+/// What this balancer knows of itself and its application to name gears by uuid.
+pub fn gear_names(cfg: &Config) -> crate::cartridge::registry::Names {
+    crate::cartridge::registry::Names {
+        own_uuid: cfg.gear.uuid.clone(),
+        own_label: own_label(cfg),
+        app_uuid: cfg.gear.app_uuid.clone(),
+        app_name: cfg.gear.app_name.clone(),
+        namespace: cfg.gear.namespace.clone(),
+    }
+}
+
+/// The label of this balancer's own gear (`local-gear`'s sticky value).
+fn own_label(cfg: &Config) -> Option<String> {
+    match (&cfg.gear.dns, &cfg.gear.name, &cfg.gear.namespace) {
+        (Some(dns), _, _) => dns.split('.').next().map(str::to_ascii_lowercase),
+        (None, Some(name), Some(ns)) => Some(format!("{name}-{ns}").to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
 /// Scaler settings from a configuration.
 fn scaler_settings(cfg: &Config) -> ScalerSettings {
     let s = &cfg.scaler;
@@ -1240,9 +1419,16 @@ impl control::Handler for App {
                 gear,
                 op,
                 timeout_ms,
+                node,
             } => {
-                self.rotate(&gear, op, timeout_ms.map(Duration::from_millis), &progress)
-                    .await
+                self.rotate(
+                    &gear,
+                    op,
+                    timeout_ms.map(Duration::from_millis),
+                    &progress,
+                    node,
+                )
+                .await
             }
             Request::Reload { env } => {
                 let env: HashMap<String, String> = env.into_iter().collect();

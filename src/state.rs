@@ -6,6 +6,12 @@
 //! atomic: a temporary file in the same directory, fsync, rename over the old file, fsync
 //! of the directory. A failed write leaves the last good file in place; an unreadable
 //! file is reported and set aside, never silently overwritten or half-read.
+//!
+//! Also owns what keeps calls made while the balancer is stopped: a running balancer
+//! holds an exclusive lock on `<state.dir>/gearlb.lock` ([`StateLock`]) for its whole
+//! life; a caller that cannot reach it and can take that lock knows it is stopped and
+//! records its call in `<state.dir>/pending.json` ([`Pending`]), which the balancer
+//! applies at start, through the same code as a live call, before it serves.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -21,6 +27,47 @@ pub const STATE_FILE: &str = "state.json";
 pub const FORMAT: u32 = 1;
 /// Largest state file read (a few thousand gears fit in far less).
 const MAX_STATE_BYTES: u64 = 16 << 20;
+/// Calls made while the balancer was stopped.
+pub const PENDING_FILE: &str = "pending.json";
+/// Held by the running balancer.
+pub const LOCK_FILE: &str = "gearlb.lock";
+
+/// Calls made while the balancer was stopped, applied in this order at its start:
+/// the peer list, the gear list, then rotations (merged by their timestamps). Only the
+/// latest of each list matters, and one rotation per gear.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pending {
+    pub format: u32,
+    /// Arguments of the latest `set-peers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_peers: Option<Vec<String>>,
+    /// Arguments of the latest `update-cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_cluster: Option<Vec<String>>,
+    /// The latest rotation op per gear.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rotations: Vec<crate::rotation::RotationOp>,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.set_peers.is_none() && self.update_cluster.is_none() && self.rotations.is_empty()
+    }
+
+    /// Record a rotation op, replacing an earlier one for the same gear.
+    pub fn add_rotation(&mut self, op: crate::rotation::RotationOp) {
+        self.rotations.retain(|o| o.gear != op.gear);
+        self.rotations.push(op);
+    }
+}
+
+/// The running balancer's hold on its state directory (released when dropped, or by
+/// the kernel when the process ends, however it ends).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
 
 /// The persisted state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +142,73 @@ impl StateStore {
             .map_err(|reason| StateError::Invalid { path, reason })
     }
 
+    /// Take the state directory's lock if nobody holds it (`None` when a balancer
+    /// does). Creates the directory.
+    pub fn try_lock(&self) -> Result<Option<StateLock>, StateError> {
+        let path = self.dir.join(LOCK_FILE);
+        let io = |source| StateError::Io {
+            path: path.clone(),
+            source,
+        };
+        fs::create_dir_all(&self.dir).map_err(io)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(StateLock { _file: file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(io(e)),
+        }
+    }
+
+    /// Calls recorded while the balancer was stopped, if any.
+    pub fn load_pending(&self) -> Result<Option<Pending>, StateError> {
+        let path = self.dir.join(PENDING_FILE);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Io { path, source }),
+        };
+        let p: Pending = serde_json::from_str(&text).map_err(|e| StateError::Invalid {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if p.format != FORMAT {
+            return Err(StateError::Invalid {
+                path,
+                reason: format!("format {} is not the supported {FORMAT}", p.format),
+            });
+        }
+        Ok(Some(p))
+    }
+
+    /// Record calls for the next start (atomically). The caller holds the lock.
+    pub fn save_pending(&self, _held: &StateLock, pending: &Pending) -> Result<(), StateError> {
+        let mut p = pending.clone();
+        p.format = FORMAT;
+        let mut text = serde_json::to_vec_pretty(&p).map_err(|e| StateError::Io {
+            path: self.dir.join(PENDING_FILE),
+            source: std::io::Error::other(e),
+        })?;
+        text.push(b'\n');
+        let mut seq = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        *seq += 1;
+        self.write_atomic(PENDING_FILE, &text, *seq)
+    }
+
+    /// Forget the recorded calls once applied.
+    pub fn clear_pending(&self, _held: &StateLock) -> Result<(), StateError> {
+        let path = self.dir.join(PENDING_FILE);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io { path, source }),
+        }
+    }
+
     /// Write atomically; on error the previous file is untouched.
     pub fn save(&self, state: &PersistedState) -> Result<(), StateError> {
         self.save_with(|| state.clone())
@@ -113,20 +227,31 @@ impl StateStore {
         let mut seq = self.writing.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
         let state = build();
-        fs::create_dir_all(&self.dir).map_err(io)?;
         let mut text =
             serde_json::to_vec_pretty(&state).map_err(|e| io(std::io::Error::other(e)))?;
         text.push(b'\n');
+        self.write_atomic(STATE_FILE, &text, *seq)
+    }
+
+    /// Write `name` in the state directory: a temporary file, fsync, rename over the
+    /// old one, fsync of the directory. On error the previous file is untouched.
+    fn write_atomic(&self, name: &str, text: &[u8], seq: u64) -> Result<(), StateError> {
+        let path = self.dir.join(name);
+        let io = |source| StateError::Io {
+            path: path.clone(),
+            source,
+        };
+        fs::create_dir_all(&self.dir).map_err(io)?;
         let tmp = self
             .dir
-            .join(format!(".{STATE_FILE}.tmp.{}.{}", std::process::id(), *seq));
+            .join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
                 .open(&tmp)?;
-            f.write_all(&text)?;
+            f.write_all(text)?;
             f.sync_all()?;
             fs::rename(&tmp, &path)?;
             // The rename is durable only once the directory entry is.
@@ -263,6 +388,52 @@ mod tests {
             t.join().unwrap();
         }
         assert!(store.load().unwrap().is_some());
+    }
+
+    #[test]
+    fn the_lock_is_exclusive_and_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path().join("fresh"));
+        let held = store.try_lock().unwrap().expect("free");
+        assert!(store.try_lock().unwrap().is_none(), "held by someone else");
+        drop(held);
+        assert!(store.try_lock().unwrap().is_some());
+    }
+
+    #[test]
+    fn pending_calls_round_trip_and_keep_one_rotation_per_gear() {
+        use crate::rotation::{Op, RotationOp};
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        assert_eq!(store.load_pending().unwrap(), None);
+        let lock = store.try_lock().unwrap().unwrap();
+        let op = |gear: &str, op, ts| RotationOp {
+            gear: gear.into(),
+            op,
+            ts,
+            by: "lb1".into(),
+            deadline_ms: 0,
+        };
+        let mut p = Pending {
+            update_cluster: Some(vec!["a-ns.x|127.0.0.1:1".into()]),
+            ..Default::default()
+        };
+        p.add_rotation(op("a-ns", Op::Out, 1));
+        p.add_rotation(op("b-ns", Op::Out, 2));
+        p.add_rotation(op("a-ns", Op::In, 3));
+        store.save_pending(&lock, &p).unwrap();
+        let back = store.load_pending().unwrap().unwrap();
+        assert_eq!(back.format, FORMAT);
+        assert_eq!(back.update_cluster, p.update_cluster);
+        assert_eq!(back.rotations.len(), 2);
+        assert!(back.rotations.contains(&op("a-ns", Op::In, 3)));
+        store.clear_pending(&lock).unwrap();
+        assert_eq!(store.load_pending().unwrap(), None);
+        fs::write(dir.path().join(PENDING_FILE), "{").unwrap();
+        assert!(
+            store.load_pending().is_err(),
+            "garbage is an error, not nothing"
+        );
     }
 
     #[test]

@@ -78,8 +78,8 @@ impl Gear {
             ("OPENSHIFT_GEARLB_PORT", proxy.port().to_string()),
             ("OPENSHIFT_GEARLB_STATUS_IP", ip.to_string()),
             ("OPENSHIFT_GEARLB_STATUS_PORT", free_port(ip).to_string()),
-            ("OPENSHIFT_GEARLB_GOSSIP_IP", ip.to_string()),
-            ("OPENSHIFT_GEARLB_GOSSIP_PORT", free_port(ip).to_string()),
+            // No port proxy here: the public port is the private one.
+            ("OPENSHIFT_GEARLB_PROXY_PORT", proxy.port().to_string()),
             ("OPENSHIFT_PRIMARY_CARTRIDGE_DIR", d("php/")),
             ("OPENSHIFT_PHP_IP", ip.to_string()),
             ("OPENSHIFT_PHP_PORT", web.addr.port().to_string()),
@@ -375,7 +375,11 @@ async fn a_full_life_as_the_node_platform_drives_it() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (code, out, err) = a.control(&["disable-server", "persist w1"]);
     assert_eq!(code, 0, "{out}{err}");
-    let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let json = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("result JSON");
+    let result: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(result["status"], "success", "{result}");
     assert_eq!(result["proxy_results"].as_object().unwrap().len(), 2);
     let before = web[0].requests();

@@ -534,7 +534,7 @@ impl Cluster {
                 _ = known_rx.changed() => introduce = true,
                 _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
-                    introduce = ticks % 2 == 0;
+                    introduce = ticks.is_multiple_of(2);
                 }
             }
             if introduce {

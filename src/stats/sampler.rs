@@ -63,7 +63,7 @@ pub async fn run(router: Arc<Router>, frontend: Arc<FrontendStats>, stop: Cancel
         }
         let now = Instant::now();
         ticks += 1;
-        let close_point = ticks % RECENT_INTERVAL_SECS == 0;
+        let close_point = ticks.is_multiple_of(RECENT_INTERVAL_SECS);
         sample(&router.snapshot(), &frontend, now - last, close_point);
         last = now;
     }
