@@ -51,7 +51,7 @@ socket = "$d/control.sock"
 dir = "$d/data"
 [cluster]
 node_id = "lb$i"
-listen = "127.0.0.1:0"
+transport = "http"
 secret = "bench-secret-0123456789abcdef"
 gossip_interval = "$GOSSIP"
 TOML

@@ -250,7 +250,8 @@ fn balancer_config(
     c.listen.status = "127.0.0.1:0".parse().expect("literal");
     c.control.socket = dir.join(format!("lb{i}.sock"));
     c.state.dir = dir.join(format!("lb{i}-data"));
-    c.cluster.listen = Some("127.0.0.1:0".parse().expect("literal"));
+    // Gossip rides each balancer's proxy port, as in a gear.
+    c.cluster.transport = crate::cluster::transport::Carrier::Http;
     c.cluster.node_id = Some(format!("lb{i}"));
     c.cluster.id = "demo".into();
     c.cluster.secret = Some(secret.to_string());
