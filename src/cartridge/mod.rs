@@ -264,6 +264,8 @@ fn control_action(
                     "update-cluster with no web gear: the node's registry lists none, so remote gears are removed (this gear's own web server stays)",
                 );
             }
+            // Invalid entries are reported and skipped with exit 22, stopped or not.
+            let invalid = std::cell::Cell::new(false);
             let reply = call_or_record(
                 &cfg,
                 Request::UpdateCluster {
@@ -271,6 +273,7 @@ fn control_action(
                 },
                 |p| {
                     let parsed = crate::gear::parse_entries(&entries);
+                    invalid.set(!parsed.invalid.is_empty());
                     if parsed.valid.is_empty() && !parsed.invalid.is_empty() {
                         return Err(format!(
                             "no valid entry; nothing recorded\n{}",
@@ -284,8 +287,22 @@ fn control_action(
                     }
                     Ok(what)
                 },
-            )?;
-            Ok(report(reply, out))
+            );
+            match reply {
+                Ok(r) => {
+                    let code = report(r, out);
+                    Ok(if invalid.get() && code == 0 {
+                        crate::server::EXIT_BAD_ENTRIES
+                    } else {
+                        code
+                    })
+                }
+                Err(e) if invalid.get() => {
+                    out.error(e);
+                    Ok(crate::server::EXIT_BAD_ENTRIES)
+                }
+                Err(e) => Err(e),
+            }
         }
         "disable-server" => rotate(&paths, env, args, Op::Out, out),
         "enable-server" => rotate(&paths, env, args, Op::In, out),
@@ -303,8 +320,12 @@ fn running(paths: &Paths, env: &dyn Env) -> Option<i32> {
         base: env,
         extra: &extra,
     };
-    let cfg = config::load(paths.conf(), &overlay).ok()?;
-    let reply = call(&cfg.control.socket, &Request::Status).ok()?;
+    // The socket is where the gear's environment puts it, even when the file has since
+    // been broken by an edit.
+    let socket = config::load(paths.conf(), &overlay)
+        .map(|c| c.control.socket)
+        .unwrap_or_else(|_| paths.dir.join("run").join("control.sock"));
+    let reply = call(&socket, &Request::Status).ok()?;
     let pid = reply.data.get("pid")?.as_i64()? as i32;
     daemon::is_balancer(pid).then_some(pid)
 }
@@ -665,4 +686,120 @@ fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
             source,
         })?;
     rt.block_on(control::call(socket, request))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_nodes_one_word_and_many_words_are_the_same() {
+        assert_eq!(
+            words(&["persist 5a1e01 5a1e02".into()]),
+            vec!["persist", "5a1e01", "5a1e02"]
+        );
+        assert_eq!(
+            words(&["persist".into(), "5a1e01".into()]),
+            vec!["persist", "5a1e01"]
+        );
+        assert!(words(&["".into()]).is_empty(), "the node's '' is no word");
+        assert!(words(&[]).is_empty());
+    }
+
+    #[test]
+    fn output_lines_carry_the_nodes_prefixes() {
+        let mut out = Out::default();
+        out.result("started");
+        out.error("two\nlines\n\n");
+        out.plain("{\"status\":\"success\"}");
+        assert_eq!(
+            out.0,
+            vec![
+                "CLIENT_RESULT: started",
+                "CLIENT_ERROR: two",
+                "CLIENT_ERROR: lines",
+                "{\"status\":\"success\"}"
+            ]
+        );
+    }
+
+    #[test]
+    fn setup_keeps_the_users_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let cart = dir.path().join("gearlb");
+        let e = env(&[("OPENSHIFT_GEARLB_DIR", &format!("{}/", cart.display()))]);
+        let mut out = Out::default();
+        assert_eq!(
+            setup(&["--version".into(), "0.1".into()], &e, &mut out),
+            Ok(0)
+        );
+        let conf = cart.join("conf/gearlb.toml");
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), DEFAULT_CONF);
+        assert_eq!(
+            std::fs::read_to_string(cart.join("env/OPENSHIFT_GEARLB_VERSION")).unwrap(),
+            "0.1\n"
+        );
+        // The default configuration is valid as it is.
+        assert!(config::from_toml(DEFAULT_CONF, &env(&[])).is_ok());
+        std::fs::write(&conf, "[timeouts]\nclient = \"5m\"\n").unwrap();
+        assert_eq!(setup(&[], &e, &mut out), Ok(0));
+        assert_eq!(
+            std::fs::read_to_string(&conf).unwrap(),
+            "[timeouts]\nclient = \"5m\"\n"
+        );
+    }
+
+    #[test]
+    fn a_call_to_a_stopped_balancer_is_recorded_under_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.control.socket = dir.path().join("run/control.sock");
+        cfg.state.dir = dir.path().join("data");
+        let request = Request::UpdateCluster {
+            args: vec!["a-ns.x.com|127.0.0.1:9001".into()],
+        };
+        let outcome = call_or_record(&cfg, request.clone(), |p| {
+            p.update_cluster = Some(vec!["a-ns.x.com|127.0.0.1:9001".into()]);
+            Ok("gear list".into())
+        })
+        .unwrap();
+        assert!(matches!(outcome, Outcome::Recorded(ref w) if w == "gear list"));
+        let store = StateStore::new(&cfg.state.dir);
+        let pending = store.load_pending().unwrap().unwrap();
+        assert_eq!(
+            pending.update_cluster,
+            Some(vec!["a-ns.x.com|127.0.0.1:9001".to_string()])
+        );
+        // A call refused while recording changes nothing.
+        let refused = call_or_record(&cfg, request, |p| {
+            p.update_cluster = None;
+            Err("no valid entry".into())
+        });
+        assert_eq!(refused.err().as_deref(), Some("no valid entry"));
+        assert_eq!(store.load_pending().unwrap().unwrap(), pending);
+    }
+
+    #[test]
+    fn publish_peer_prints_the_public_http_address() {
+        let e = env(&[
+            (node::NODE_CONF_ENV, "/nonexistent/node.conf"),
+            ("OPENSHIFT_GEAR_UUID", "5a1e01"),
+            ("OPENSHIFT_GEARLB_IP", "127.0.0.5"),
+            ("OPENSHIFT_GEARLB_PORT", "8080"),
+            ("OPENSHIFT_GEARLB_PROXY_PORT", "35561"),
+        ]);
+        let mut out = Out::default();
+        assert_eq!(publish_peer(&[], &e, &mut out), Ok(0));
+        assert_eq!(out.0, vec!["5a1e01|127.0.0.5:35561"]);
+        let mut out = Out::default();
+        assert!(publish_peer(&[], &env(&[("OPENSHIFT_GEAR_UUID", "x")]), &mut out).is_err());
+    }
 }
