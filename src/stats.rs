@@ -7,8 +7,10 @@
 //! public interface: add (with `#[serde(default)]`), don't rename.
 //!
 //! [`latency`] holds the lock-free response-time histogram and ring; [`sampler`] the
-//! once-a-second task that derives rates and ring points from the counters.
+//! once-a-second task that derives rates and ring points from the counters;
+//! [`availability`] whether any backend can take a request, and its history.
 
+pub mod availability;
 pub mod latency;
 pub mod sampler;
 
