@@ -72,6 +72,8 @@ pub struct App {
     /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
     fingerprint: Mutex<String>,
     gear_dns: Option<String>,
+    /// The status listener's own traffic (the CSV's `stats` proxy).
+    status_counters: Arc<crate::status::ListenerStats>,
     metrics: crate::metrics::Metrics,
     /// The HTTPS listener's certificates, when it runs (swapped on reload).
     tls: Option<Arc<crate::tls::TlsAcceptor>>,
@@ -305,6 +307,7 @@ impl Server {
             rotations,
             fingerprint: Mutex::new(fingerprint),
             gear_dns: cfg.gear.dns.clone(),
+            status_counters: Arc::new(crate::status::ListenerStats::default()),
             metrics,
             tls,
             config: tokio::sync::Mutex::new(cfg),
@@ -426,6 +429,7 @@ impl Server {
         let status_task = tokio::spawn(crate::status::serve(
             self.status_listener,
             app.clone(),
+            app.status_counters.clone(),
             stop.clone(),
             tracker.clone(),
         ));
@@ -483,6 +487,8 @@ impl App {
             peers: self.peer_reports(),
             rotations: self.rotation_reports(),
             scaler: Some(self.scaler.report()),
+            availability: Some(self.router.availability()),
+            status_listener: Some(FrontendReport::read(&self.status_counters)),
         }
     }
 

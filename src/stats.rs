@@ -295,6 +295,14 @@ pub struct StatusReport {
     /// The scaler as this balancer sees it.
     #[serde(default)]
     pub scaler: Option<crate::scaler::ScalerReport>,
+    /// Whether any backend can take a request, and its history (the CSV's `BACKEND`
+    /// `chkdown`, `lastchg`, `downtime`).
+    #[serde(default)]
+    pub availability: Option<availability::AvailabilityReport>,
+    /// The status listener's own traffic (the CSV's `stats` proxy); no limit, so
+    /// `connections_limit` is 0.
+    #[serde(default)]
+    pub status_listener: Option<FrontendReport>,
 }
 
 /// Health-check settings (`[health]`).
