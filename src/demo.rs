@@ -249,6 +249,7 @@ fn balancer_config(
     c.listen.proxy = "127.0.0.1:0".parse().expect("literal");
     c.listen.status = "127.0.0.1:0".parse().expect("literal");
     c.control.socket = dir.join(format!("lb{i}.sock"));
+    c.control.stats_socket = Some(dir.join(format!("lb{i}.stats")));
     c.state.dir = dir.join(format!("lb{i}-data"));
     c.cluster.listen = Some("127.0.0.1:0".parse().expect("literal"));
     c.cluster.node_id = Some(format!("lb{i}"));

@@ -15,9 +15,12 @@
 //!
 //! Everything else is 404. It also counts its own connections, requests and bytes
 //! ([`ListenerStats`]: the CSV's `stats` proxy, as the old cartridge's `listen stats`).
+//!
+//! [`socket`] is the other way to the same CSV: HAProxy's stats socket.
 
 pub mod csv;
 pub mod html;
+pub mod socket;
 
 use std::convert::Infallible;
 use std::sync::Arc;
