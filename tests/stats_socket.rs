@@ -163,11 +163,12 @@ async fn socat_show_stat_show_info_and_disable_enable_server() {
         before,
         "nothing reached the disabled server"
     );
-    assert!(
-        lb.log_text().contains("rotation submitted (stats socket)"),
-        "{}",
-        lb.log_text()
-    );
+    // The log is read from the balancer's stdout by another thread: wait for it.
+    let logged = eventually(Duration::from_secs(5), || {
+        lb.log_text().contains("rotation submitted (stats socket)")
+    })
+    .await;
+    assert!(logged, "{}", lb.log_text());
     // Disabling again changes nothing and answers the same.
     assert_eq!(socat(&path, "disable server express/web1").1, "\n");
 
@@ -279,9 +280,12 @@ async fn prompt_mode_bounds_and_other_users() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     let (_, out) = socat_as(&nobody, &path, "disable server express/web1");
     assert_eq!(out, "Permission denied\n\n");
-    assert!(lb
-        .log_text()
-        .contains("stats socket connection from another user refused"));
+    let logged = eventually(Duration::from_secs(5), || {
+        lb.log_text()
+            .contains("stats socket connection from another user refused")
+    })
+    .await;
+    assert!(logged, "{}", lb.log_text());
     assert_eq!(server_status(&path, "web1"), "UP", "nothing changed");
 }
 
