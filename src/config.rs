@@ -105,6 +105,23 @@ pub struct TlsConfig {
 pub struct ControlConfig {
     /// Unix socket of the control API, created mode 0600. Default `run/control.sock`.
     pub socket: PathBuf,
+    /// HAProxy-compatible stats socket (`crate::status::socket`), created mode 0600.
+    /// Default (`None`): `stats` next to `socket`, e.g. `run/stats`.
+    pub stats_socket: Option<PathBuf>,
+}
+
+impl ControlConfig {
+    /// Where the stats socket is: `stats_socket`, else `stats` in the control socket's
+    /// directory.
+    pub fn stats_socket_path(&self) -> PathBuf {
+        match &self.stats_socket {
+            Some(p) => p.clone(),
+            None => match self.socket.parent() {
+                Some(dir) => dir.join("stats"),
+                None => PathBuf::from("stats"),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -413,6 +430,7 @@ impl Default for Config {
             },
             control: ControlConfig {
                 socket: PathBuf::from("run/control.sock"),
+                stats_socket: None,
             },
             state: StateConfig {
                 dir: PathBuf::from("data"),
@@ -646,6 +664,14 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
     let t = section("control", problems);
     let mut r = Reader::new(&t, "control", problems);
     cfg.control.socket = r.path("socket", &cfg.control.socket);
+    cfg.control.stats_socket = match r.str_value("stats_socket") {
+        Some(s) if s.is_empty() => {
+            r.problem("stats_socket", "must not be empty");
+            cfg.control.stats_socket.clone()
+        }
+        Some(s) => Some(PathBuf::from(s)),
+        None => cfg.control.stats_socket.clone(),
+    };
     r.finish();
 
     let t = section("state", problems);
@@ -930,6 +956,7 @@ fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
     }
     if let Some(dir) = env.var("OPENSHIFT_GEARLB_DIR") {
         cfg.control.socket = Path::new(&dir).join("run").join("control.sock");
+        cfg.control.stats_socket = Some(Path::new(&dir).join("run").join("stats"));
     }
     let first = |names: &[&str]| names.iter().find_map(|n| env.var(n));
     if let Some(uri) = first(&[
@@ -1163,6 +1190,22 @@ fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
         problems.push(Problem {
             path: "control.socket".into(),
             message: "path longer than 100 bytes (unix socket paths are limited to 108)".into(),
+        });
+    }
+    let stats_socket = cfg.control.stats_socket_path();
+    if stats_socket.as_os_str().len() > 100 {
+        problems.push(Problem {
+            path: "control.stats_socket".into(),
+            message: format!(
+                "{} is longer than 100 bytes (unix socket paths are limited to 108)",
+                stats_socket.display()
+            ),
+        });
+    }
+    if stats_socket == cfg.control.socket {
+        problems.push(Problem {
+            path: "control.stats_socket".into(),
+            message: "must differ from control.socket".into(),
         });
     }
 }
@@ -1497,6 +1540,42 @@ mod tests {
             PathBuf::from("/home/gear/app-root/data/gearlb")
         );
         assert_eq!(c.gear.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn stats_socket_next_to_the_control_socket_unless_set() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(c.control.stats_socket_path(), PathBuf::from("run/stats"));
+        let c = from_toml("[control]\nsocket = \"/tmp/x/c.sock\"\n", &env(&[])).unwrap();
+        assert_eq!(c.control.stats_socket_path(), PathBuf::from("/tmp/x/stats"));
+        let c = from_toml("[control]\nstats_socket = \"/tmp/s\"\n", &env(&[])).unwrap();
+        assert_eq!(c.control.stats_socket_path(), PathBuf::from("/tmp/s"));
+        // Cartridge mode: both sockets in $OPENSHIFT_GEARLB_DIR/run.
+        let c = from_toml(
+            "[control]\nstats_socket = \"/tmp/s\"\n",
+            &env(&[("OPENSHIFT_GEARLB_DIR", "/home/g/gearlb")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.control.stats_socket_path(),
+            PathBuf::from("/home/g/gearlb/run/stats")
+        );
+        for (bad, why) in [
+            ("stats_socket = \"\"", "must not be empty"),
+            ("stats_socket = 5", "expected a string"),
+            ("stats_socket = \"run/control.sock\"", "must differ"),
+        ] {
+            let err = from_toml(&format!("[control]\n{bad}\n"), &env(&[])).unwrap_err();
+            assert!(
+                err.0
+                    .iter()
+                    .any(|p| p.path == "control.stats_socket" && p.message.contains(why)),
+                "{bad}: {:?}",
+                err.0
+            );
+        }
+        let long = format!("[control]\nstats_socket = \"/{}\"\n", "x".repeat(120));
+        assert!(from_toml(&long, &env(&[])).is_err());
     }
 
     #[test]

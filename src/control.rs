@@ -115,10 +115,11 @@ pub trait Handler: Send + Sync + 'static {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("another gearlb is already running with control socket {0}")]
-    InUse(PathBuf),
-    #[error("control socket {path}: {source}")]
+    #[error("another gearlb is already running with {what} {path}")]
+    InUse { what: &'static str, path: PathBuf },
+    #[error("{what} {path}: {source}")]
     Io {
+        what: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -128,7 +129,15 @@ pub enum BindError {
 /// Create the control socket: parent directory created if missing, a stale socket file
 /// replaced, permissions 0600.
 pub async fn bind(path: &Path) -> Result<UnixListener, BindError> {
+    bind_socket(path, "control socket").await
+}
+
+/// Create a local socket (`what` names it in errors) the way the control socket is: the
+/// parent directory created if missing, a stale socket file replaced, a live one (another
+/// balancer's) never stolen, permissions 0600.
+pub async fn bind_socket(path: &Path, what: &'static str) -> Result<UnixListener, BindError> {
     let io = |source| BindError::Io {
+        what,
         path: path.to_path_buf(),
         source,
     };
@@ -137,7 +146,10 @@ pub async fn bind(path: &Path) -> Result<UnixListener, BindError> {
     }
     if path.exists() {
         if UnixStream::connect(path).await.is_ok() {
-            return Err(BindError::InUse(path.to_path_buf()));
+            return Err(BindError::InUse {
+                what,
+                path: path.to_path_buf(),
+            });
         }
         std::fs::remove_file(path).map_err(io)?;
     }
@@ -167,7 +179,7 @@ pub async fn serve<H: Handler>(
             },
         };
         match stream.peer_cred() {
-            Ok(cred) if cred.uid() == me || cred.uid() == 0 => {}
+            Ok(cred) if peer_allowed(cred.uid(), me) => {}
             Ok(cred) => {
                 warn!(
                     uid = cred.uid(),
@@ -190,6 +202,11 @@ pub async fn serve<H: Handler>(
     }
     drop(listener);
     let _ = std::fs::remove_file(&path);
+}
+
+/// The access rule of gearlb's local sockets: the balancer's own user (`me`) or root.
+pub fn peer_allowed(uid: u32, me: u32) -> bool {
+    uid == me || uid == 0
 }
 
 /// Tell a caller of another user why nothing was done: its request is read (briefly,
@@ -349,7 +366,7 @@ mod tests {
         // A second balancer must not steal a live socket.
         let stop = CancellationToken::new();
         let task = tokio::spawn(serve(listener, path.clone(), Arc::new(Echo), stop.clone()));
-        assert!(matches!(bind(&path).await, Err(BindError::InUse(_))));
+        assert!(matches!(bind(&path).await, Err(BindError::InUse { .. })));
 
         let req = Request::UpdateCluster {
             args: vec!["a b".into()],

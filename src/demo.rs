@@ -249,6 +249,7 @@ fn balancer_config(
     c.listen.proxy = "127.0.0.1:0".parse().expect("literal");
     c.listen.status = "127.0.0.1:0".parse().expect("literal");
     c.control.socket = dir.join(format!("lb{i}.sock"));
+    c.control.stats_socket = Some(dir.join(format!("lb{i}.stats")));
     c.state.dir = dir.join(format!("lb{i}-data"));
     // Gossip rides each balancer's proxy port, as in a gear.
     c.cluster.transport = crate::cluster::transport::Carrier::Http;

@@ -3,7 +3,8 @@
 //! Owns start-up order (configuration → restore the persisted backend set → bind every
 //! listener → accept), the control-plane operations (`update-cluster`, reload, status),
 //! and the graceful stop (stop accepting, let in-flight requests finish within
-//! `timeouts.shutdown_grace`, close idle connections, remove the control socket).
+//! `timeouts.shutdown_grace`, close idle connections, remove the control and stats
+//! sockets).
 //! Control-plane operations are serialised by one async mutex; the request path never
 //! sees it.
 
@@ -75,6 +76,8 @@ pub struct App {
     /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
     fingerprint: Mutex<String>,
     gear_dns: Option<String>,
+    /// The status listener's own traffic (the CSV's `stats` proxy).
+    status_counters: Arc<crate::status::ListenerStats>,
     metrics: crate::metrics::Metrics,
     /// The HTTPS listener's certificates, when it runs (swapped on reload).
     tls: Option<Arc<crate::tls::TlsAcceptor>>,
@@ -97,6 +100,8 @@ pub struct Server {
     tls_listener: Option<TcpListener>,
     control_listener: tokio::net::UnixListener,
     control_path: PathBuf,
+    stats_listener: tokio::net::UnixListener,
+    stats_path: PathBuf,
     max_connections: usize,
 }
 
@@ -144,6 +149,8 @@ impl Server {
         // for a moment: wait for it).
         let control_path = cfg.control.socket.clone();
         let control_listener = control::bind(&control_path).await?;
+        let stats_path = cfg.control.stats_socket_path();
+        let stats_listener = control::bind_socket(&stats_path, "stats socket").await?;
         let state_lock = take_state_lock(&store).await?;
         let pending = match store.load_pending() {
             Ok(p) => p.filter(|p| !p.is_empty()),
@@ -338,6 +345,7 @@ impl Server {
             rotations,
             fingerprint: Mutex::new(fingerprint),
             gear_dns: cfg.gear.dns.clone(),
+            status_counters: Arc::new(crate::status::ListenerStats::default()),
             metrics,
             tls,
             names: gear_names(&cfg),
@@ -359,6 +367,8 @@ impl Server {
             tls_listener,
             control_listener,
             control_path,
+            stats_listener,
+            stats_path,
             max_connections,
         })
     }
@@ -469,8 +479,15 @@ impl Server {
         let status_task = tokio::spawn(crate::status::serve(
             self.status_listener,
             app.clone(),
+            app.status_counters.clone(),
             stop.clone(),
             tracker.clone(),
+        ));
+        let stats_socket_task = tokio::spawn(crate::status::socket::serve(
+            self.stats_listener,
+            self.stats_path,
+            app.clone(),
+            stop.clone(),
         ));
         let control_task = tokio::spawn(control::serve(
             self.control_listener,
@@ -496,6 +513,7 @@ impl Server {
         }
         let _ = status_task.await;
         let _ = control_task.await;
+        let _ = stats_socket_task.await;
         let _ = sampler.await;
         tracker.close();
         let grace = app.config.lock().await.timeouts.shutdown_grace;
@@ -526,6 +544,8 @@ impl App {
             peers: self.peer_reports(),
             rotations: self.rotation_reports(),
             scaler: Some(self.scaler.report()),
+            availability: Some(self.router.availability()),
+            status_listener: Some(FrontendReport::read(&self.status_counters)),
         }
     }
 
@@ -1133,6 +1153,45 @@ impl App {
         }
     }
 
+    /// Rotate the backend whose server name is `server` (as in the CSV: `local-gear`,
+    /// `gear-<gearname>-<ns>`, a `[[backends]]` name) out or in on every balancer, and
+    /// return at once: the op is stamped, gossiped now and persisted like those of
+    /// `rotate-out`/`rotate-in`, but nothing waits for the drain or for acknowledgments
+    /// (the stats socket's `disable server` / `enable server`). Returns the gear's sticky
+    /// label and whether an op was submitted: none when that op is already in force, or
+    /// for `in` when the gear was never rotated out (as HAProxy's `enable server` of a
+    /// server not in maintenance).
+    pub async fn rotate_server(
+        &self,
+        server: &str,
+        op: Op,
+    ) -> Result<(String, bool), RotateServerError> {
+        let label = self
+            .router
+            .snapshot()
+            .get(server)
+            .map(|e| e.backend.sticky.clone())
+            .ok_or_else(|| RotateServerError::NoSuchServer(gear::printable(server)))?;
+        let in_force = self.rotations.ops().get(&label).map(|o| o.op);
+        if in_force == Some(op) || (in_force.is_none() && op == Op::In) {
+            return Ok((label, false));
+        }
+        let view = self.cluster_view();
+        if view.enabled && view.live.len() * 2 < view.known_count {
+            return Err(RotateServerError::NoQuorum {
+                live: view.live.len(),
+                known: view.known_count,
+            });
+        }
+        let timeout = self.config.lock().await.rotate.timeout;
+        let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
+        if let Some(c) = &self.cluster {
+            c.push_now();
+        }
+        info!(gear = %label, server, epoch = %submitted.epoch(), op = ?op, "rotation submitted (stats socket), not waiting for acknowledgments");
+        Ok((label, true))
+    }
+
     /// Re-read the config file with `env`; apply what can change without a restart.
     pub async fn reload(&self, env: &dyn config::Env) -> Reply {
         let mut cfg = self.config.lock().await;
@@ -1160,7 +1219,7 @@ impl App {
         let mut notes = Vec::new();
         let restart_only = [
             ("listen", cfg.listen != new.listen),
-            ("control.socket", cfg.control != new.control),
+            ("control (socket, stats_socket)", cfg.control != new.control),
             ("state.dir", cfg.state != new.state),
             ("runtime.threads", cfg.runtime != new.runtime),
             (
@@ -1279,6 +1338,16 @@ fn own_label(cfg: &Config) -> Option<String> {
         (None, Some(name), Some(ns)) => Some(format!("{name}-{ns}").to_ascii_lowercase()),
         _ => None,
     }
+}
+
+/// Why [`App::rotate_server`] changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RotateServerError {
+    /// The name, made printable.
+    #[error("no server \"{0}\"")]
+    NoSuchServer(String),
+    #[error("only {live} of {known} known balancers reachable: no quorum, nothing changed")]
+    NoQuorum { live: usize, known: usize },
 }
 
 /// Scaler settings from a configuration.
@@ -1449,6 +1518,22 @@ impl StatusSource for App {
 
     fn metrics(&self) -> Result<String, std::fmt::Error> {
         self.metrics.encode()
+    }
+}
+
+impl crate::status::socket::Source for App {
+    async fn set_server(
+        &self,
+        server: &str,
+        enable: bool,
+    ) -> Result<(), crate::status::socket::AdminError> {
+        use crate::status::socket::AdminError;
+        let op = if enable { Op::In } else { Op::Out };
+        match self.rotate_server(server, op).await {
+            Ok(_) => Ok(()),
+            Err(RotateServerError::NoSuchServer(_)) => Err(AdminError::NoSuchServer),
+            Err(e) => Err(AdminError::Refused(format!("gearlb: {e}."))),
+        }
     }
 }
 

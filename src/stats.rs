@@ -7,8 +7,10 @@
 //! public interface: add (with `#[serde(default)]`), don't rename.
 //!
 //! [`latency`] holds the lock-free response-time histogram and ring; [`sampler`] the
-//! once-a-second task that derives rates and ring points from the counters.
+//! once-a-second task that derives rates and ring points from the counters;
+//! [`availability`] whether any backend can take a request, and its history.
 
+pub mod availability;
 pub mod latency;
 pub mod sampler;
 
@@ -293,6 +295,14 @@ pub struct StatusReport {
     /// The scaler as this balancer sees it.
     #[serde(default)]
     pub scaler: Option<crate::scaler::ScalerReport>,
+    /// Whether any backend can take a request, and its history (the CSV's `BACKEND`
+    /// `chkdown`, `lastchg`, `downtime`).
+    #[serde(default)]
+    pub availability: Option<availability::AvailabilityReport>,
+    /// The status listener's own traffic (the CSV's `stats` proxy); no limit, so
+    /// `connections_limit` is 0.
+    #[serde(default)]
+    pub status_listener: Option<FrontendReport>,
 }
 
 /// Health-check settings (`[health]`).

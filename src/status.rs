@@ -9,13 +9,18 @@
 //!   cartridge's stats URI was): the HTML page ([`html`]), `?refresh=N` to reload every N
 //!   seconds;
 //! - the same paths with `;csv` (HAProxy's suffix, e.g. `/haproxy-status/;csv`, also
-//!   with `;norefresh`): the HAProxy CSV ([`csv`]);
+//!   with `;norefresh`, `;up`, `;no-maint`, or in the query as `?stats;csv`): the
+//!   HAProxy CSV ([`csv`]);
 //! - `/metrics`: Prometheus metrics ([`crate::metrics`]).
 //!
-//! Everything else is 404.
+//! Everything else is 404. It also counts its own connections, requests and bytes
+//! ([`ListenerStats`]: the CSV's `stats` proxy, as the old cartridge's `listen stats`).
+//!
+//! [`socket`] is the other way to the same CSV: HAProxy's stats socket.
 
 pub mod csv;
 pub mod html;
+pub mod socket;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,7 +38,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-use crate::stats::StatusReport;
+use crate::proxy::io::Counted;
+use crate::stats::{FrontendStats, StatusReport};
+
+/// The status listener's own counters (`status_listener` in the report): the proxy's
+/// frontend counters, without a connection limit.
+pub type ListenerStats = FrontendStats;
 
 /// What the status listener needs from the application.
 pub trait StatusSource: Send + Sync + 'static {
@@ -55,21 +65,28 @@ const PAGE_PATHS: [&str; 5] = [
 
 enum Page {
     Html,
-    Csv,
+    Csv(csv::Filter),
 }
 
-/// Which page a path names: one of [`PAGE_PATHS`], optionally followed by HAProxy's
-/// `;`-options (`;csv`, `;norefresh`; others are ignored as HAProxy does).
-fn page(path: &str) -> Option<Page> {
+/// Which page a path and query name: one of [`PAGE_PATHS`], optionally followed by
+/// HAProxy's `;`-options (`;csv`, `;up`, `;no-maint`; `;norefresh` and others are
+/// ignored as HAProxy does). As HAProxy looks for them anywhere after its stats URI, the
+/// options may also follow the query (`?stats;csv`).
+fn page(path: &str, query: Option<&str>) -> Option<Page> {
     let (base, options) = path.split_once(';').unwrap_or((path, ""));
     if !PAGE_PATHS.contains(&base) {
         return None;
     }
-    if options.split(';').any(|o| o == "csv") {
-        Some(Page::Csv)
-    } else {
-        Some(Page::Html)
+    let in_query = query.and_then(|q| q.split_once(';')).map_or("", |(_, o)| o);
+    let options = || options.split(';').chain(in_query.split(';'));
+    if !options().any(|o| o == "csv") {
+        return Some(Page::Html);
     }
+    Some(Page::Csv(csv::Filter {
+        hide_down: options().any(|o| o == "up"),
+        hide_maint: options().any(|o| o == "no-maint"),
+        ..csv::Filter::default()
+    }))
 }
 
 /// `refresh=N` from a query string, when N is a number of seconds from 1 to 3600.
@@ -82,16 +99,29 @@ fn refresh(query: Option<&str>) -> Option<u32> {
         .filter(|n| (1..=3600).contains(n))
 }
 
-/// Serve status requests until `shutdown`.
+/// Serve status requests until `shutdown`, counting them in `counters`.
 pub async fn serve<S: StatusSource>(
     listener: TcpListener,
     source: Arc<S>,
+    counters: Arc<ListenerStats>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    // The listener's rates, once a second (a few atomics; no other task needed).
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
     loop {
         let (stream, _) = tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                let now = tokio::time::Instant::now();
+                let r = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                counters.connection_rate.update(r(&counters.connections_total), now - last);
+                counters.request_rate.update(r(&counters.requests_total), now - last);
+                last = now;
+                continue;
+            }
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(_) => {
@@ -102,15 +132,27 @@ pub async fn serve<S: StatusSource>(
         };
         let source = source.clone();
         let shutdown = shutdown.clone();
+        let counters = counters.clone();
+        counters.connection_opened();
         tracker.spawn(async move {
+            let c = counters.clone();
             let svc = service_fn(move |req| {
                 let source = source.clone();
-                async move { Ok::<_, Infallible>(route(&*source, &req)) }
+                let c = c.clone();
+                async move {
+                    c.request_started();
+                    let r = route(&*source, &req);
+                    c.response(r.status().as_u16());
+                    c.requests_current
+                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, Infallible>(r)
+                }
             });
+            let io = Counted::new(stream, counters.traffic.clone());
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc);
+                .serve_connection(TokioIo::new(io), svc);
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => if let Err(e) = r { debug!(error = %e, "status connection error") },
@@ -119,6 +161,7 @@ pub async fn serve<S: StatusSource>(
                     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
                 }
             }
+            counters.connection_closed();
         });
     }
 }
@@ -143,10 +186,10 @@ fn route<S: StatusSource>(source: &S, req: &Request<Incoming>) -> Response<Full<
             Ok(body) => with_type(StatusCode::OK, body.into(), crate::metrics::CONTENT_TYPE),
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n"),
         },
-        path => match page(path) {
-            Some(Page::Csv) => with_type(
+        path => match page(path, req.uri().query()) {
+            Some(Page::Csv(filter)) => with_type(
                 StatusCode::OK,
-                csv::render(&source.report()).into(),
+                csv::render_filtered(&source.report(), &filter).into(),
                 "text/plain; charset=utf-8",
             ),
             Some(Page::Html) => {
@@ -204,17 +247,26 @@ mod tests {
     #[test]
     fn page_paths() {
         for p in ["/gearlb-status", "/haproxy-status", "/haproxy-status/", "/"] {
-            assert!(matches!(page(p), Some(Page::Html)), "{p}");
+            assert!(matches!(page(p, None), Some(Page::Html)), "{p}");
+            assert!(
+                matches!(page(p, Some("refresh=5")), Some(Page::Html)),
+                "{p}"
+            );
+            assert!(matches!(page(p, Some("csv")), Some(Page::Html)), "{p}?csv");
         }
-        for p in [
-            "/gearlb-status;csv",
-            "/haproxy-status/;csv",
-            "/haproxy-status;csv",
-            "/;csv",
-            "/haproxy-status/;csv;norefresh",
-            "/haproxy-status/;norefresh;csv",
+        for (p, q) in [
+            ("/gearlb-status;csv", None),
+            ("/haproxy-status/;csv", None),
+            ("/haproxy-status;csv", None),
+            ("/;csv", None),
+            ("/haproxy-status/;csv;norefresh", None),
+            ("/haproxy-status/;norefresh;csv", None),
+            ("/haproxy-status", Some("stats;csv")),
+            ("/haproxy-status/", Some("stats;csv;norefresh")),
+            ("/gearlb-status", Some("stats;csv")),
+            ("/", Some(";csv")),
         ] {
-            assert!(matches!(page(p), Some(Page::Csv)), "{p}");
+            assert!(matches!(page(p, q), Some(Page::Csv(_))), "{p}?{q:?}");
         }
         for p in [
             "/gearlb-statusx",
@@ -222,7 +274,16 @@ mod tests {
             "/metrics;csv",
             ";csv",
         ] {
-            assert!(page(p).is_none(), "{p}");
+            assert!(page(p, None).is_none(), "{p}");
+            assert!(page(p, Some("stats;csv")).is_none(), "{p}");
+        }
+        match page("/haproxy-status/;csv;up", Some("x;no-maint")) {
+            Some(Page::Csv(f)) => assert!(f.hide_down && f.hide_maint),
+            _ => panic!("not the CSV"),
+        }
+        match page("/haproxy-status/;csv", None) {
+            Some(Page::Csv(f)) => assert_eq!(f, csv::Filter::default()),
+            _ => panic!("not the CSV"),
         }
     }
 

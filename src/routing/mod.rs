@@ -344,6 +344,8 @@ pub struct Router {
     /// Sticky labels of gears rotated out: a backend (re)created with one of these
     /// starts out of rotation, so `update-cluster` never brings a rotated gear back.
     rotated_out: ArcSwap<std::collections::HashSet<String>>,
+    /// Whether any backend can take a request, updated with every table published.
+    availability: crate::stats::availability::Availability,
 }
 
 impl Router {
@@ -354,7 +356,14 @@ impl Router {
             max_idle,
             changes: tokio::sync::watch::Sender::new(0),
             rotated_out: ArcSwap::from_pointee(Default::default()),
+            availability: crate::stats::availability::Availability::new(false),
         }
+    }
+
+    /// Whether any backend can take a request, and since when (HAProxy's `BACKEND`
+    /// `chkdown`, `lastchg`, `downtime`).
+    pub fn availability(&self) -> crate::stats::availability::AvailabilityReport {
+        self.availability.report()
     }
 
     /// The current snapshot (lock-free).
@@ -443,8 +452,10 @@ impl Router {
     fn publish(&self, entries: Vec<Entry>) {
         // Writers are serialised (`lock`), so this generation is new and unique.
         let generation = *self.changes.borrow() + 1;
-        self.table
-            .store(Arc::new(RoutingTable::new(entries, generation)));
+        let table = RoutingTable::new(entries, generation);
+        self.availability
+            .observe(!table.selectable.is_empty() || !table.backups.is_empty());
+        self.table.store(Arc::new(table));
         self.changes.send_replace(generation);
     }
 
@@ -648,6 +659,31 @@ mod tests {
             "no-op edits publish nothing"
         );
         assert!(!rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn availability_follows_every_published_table() {
+        let r = Router::new(4);
+        assert!(!r.availability().available, "no backend yet");
+        r.replace_backends(vec![spec("a", 1), spec("b", 2)]);
+        assert!(r.availability().available);
+        let a = r.load().get("a").unwrap().backend.clone();
+        let b = r.load().get("b").unwrap().backend.clone();
+        r.set_health(&a, false);
+        assert!(r.availability().available, "b still up");
+        r.set_admin("b", Admin::Drained);
+        let av = r.availability();
+        assert_eq!((av.available, av.down_transitions), (false, 1));
+        r.set_health(&b, false);
+        assert_eq!(
+            r.availability().down_transitions,
+            1,
+            "still down: no new transition"
+        );
+        r.set_health(&a, true);
+        assert!(r.availability().available);
+        r.replace_backends(vec![]);
+        assert_eq!(r.availability().down_transitions, 2, "emptied: down");
     }
 
     fn router_of(n: usize) -> Router {
