@@ -412,6 +412,10 @@ fn stop(paths: &Paths, env: &dyn Env, out: &mut Out) -> Result<i32, String> {
     if daemon::stop(pid, grace + Duration::from_secs(5)) {
         out.message("gearlb did not stop in time: killed");
     }
+    if daemon::alive(pid) {
+        out.error(format!("gearlb (pid {pid}) could not be stopped"));
+        return Ok(1);
+    }
     let _ = std::fs::remove_file(&paths.pidfile);
     out.result("gearlb instance is stopped");
     Ok(0)
