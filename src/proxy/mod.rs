@@ -178,8 +178,9 @@ impl ProxyCtx {
 }
 
 /// Accept client connections until `shutdown` is cancelled. Connections over
-/// `max_connections` are closed at once (counted as refused). Each connection runs on
-/// `tracker`, so the caller can wait for them to finish.
+/// `max_connections` are closed at once (counted as refused); an open WebSocket (any
+/// upgraded connection) keeps its connection's place. Each connection is tracked on
+/// `tracker` until it closes, tunnel included, so the caller can wait for them.
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<ProxyCtx>,
@@ -242,25 +243,22 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
+        // Counted, permitted and tracked until the connection closes, its tunnel
+        // included (the connection task returns when hyper hands an upgrade over).
+        let session = client::Session::open(ctx.stats.clone(), permit, tracker.token());
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         match &tls {
-            None => tracker.spawn(async move {
-                ctx.stats.connection_opened();
-                client::serve_connection(&ctx, stream, peer, local_port, shutdown).await;
-                ctx.stats.connection_closed();
-                drop(permit);
+            None => tokio::spawn(async move {
+                client::serve_connection(&ctx, session, stream, peer, local_port, shutdown).await;
             }),
             Some(tls) => {
                 let acceptor = tls.acceptor();
-                tracker.spawn(async move {
-                    ctx.stats.connection_opened();
+                tokio::spawn(async move {
                     client::serve_tls_connection(
-                        &ctx, acceptor, stream, peer, local_port, shutdown,
+                        &ctx, session, acceptor, stream, peer, local_port, shutdown,
                     )
                     .await;
-                    ctx.stats.connection_closed();
-                    drop(permit);
                 })
             }
         };
@@ -492,7 +490,7 @@ fn unix_now() -> u64 {
 }
 
 async fn forward(
-    conn: &ConnState,
+    conn: &Arc<ConnState>,
     settings: &Settings,
     mut req: Request<Incoming>,
 ) -> ForwardResult {
@@ -578,16 +576,16 @@ async fn forward(
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
         match send_once(conn, settings, &backend, req, check, replay.as_ref()).await {
-            Ok((head, conn)) => {
+            Ok((head, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
                 let resp = respond(
-                    ctx,
+                    conn,
                     settings,
                     head,
-                    conn,
+                    up,
                     flight,
                     insert_cookie,
                     secure,
@@ -729,12 +727,16 @@ async fn send_once(
 
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
 /// inserted when the client had none for this backend, upgrades wired into a tunnel.
+///
+/// An upgraded connection stays one session on the backend from its request to the
+/// tunnel's close, as HAProxy counts it: the request's in-flight count goes to the
+/// tunnel (not to the `101`'s empty body), and the client connection's session with it.
 #[allow(clippy::too_many_arguments)]
 fn respond(
-    ctx: &ProxyCtx,
+    conn: &Arc<ConnState>,
     settings: &Settings,
     head: h1::Head,
-    conn: Conn,
+    up: Conn,
     flight: InFlight,
     insert_cookie: Option<&Sticky>,
     secure: bool,
@@ -744,17 +746,19 @@ fn respond(
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
     let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut body = UpBody::new(conn, &head);
+    let mut body = UpBody::new(up, &head);
+    let mut flight = Some(flight);
     if switching {
         // The backend connection now belongs to the tunnel, not the pool.
         let up = body.take_conn();
-        if let (Some(client), Some(up)) = (client_upgrade, up) {
+        if let (Some(client), Some(up), Some(flight)) = (client_upgrade, up, flight.take()) {
             tokio::spawn(tunnel::run(
                 client,
                 up.into_upgraded(),
-                backend.clone(),
+                flight,
+                conn.clone(),
                 settings.timeouts.tunnel,
-                ctx.stopping.clone(),
+                conn.ctx.stopping.clone(),
                 backend.pool.kill_token(),
             ));
         }
@@ -775,7 +779,11 @@ fn respond(
             }
         }
     }
-    Response::from_parts(parts, ProxyBody::upstream(body, flight))
+    let body = match flight {
+        Some(flight) => ProxyBody::upstream(body, flight),
+        None => ProxyBody::empty(),
+    };
+    Response::from_parts(parts, body)
 }
 
 fn error_response(e: &ForwardError) -> Response<ProxyBody> {

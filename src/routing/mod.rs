@@ -104,7 +104,7 @@ pub struct Backend {
     pub pool: Pool,
     /// Consecutive failures seen on real traffic (reset by any answered request).
     pub passive_failures: AtomicU32,
-    /// Upgraded connections (WebSocket) open now.
+    /// Upgraded connections (WebSocket) open now; each is also one of `outstanding`.
     pub tunnels: AtomicU64,
     /// Latest active check, if any ran.
     pub last_check: ArcSwapOption<CheckReport>,
@@ -127,7 +127,8 @@ impl Backend {
         &self.spec.name
     }
 
-    /// Requests sent to this backend and not yet answered in full.
+    /// Sessions on this backend: requests sent and not yet answered in full, and open
+    /// tunnels (HAProxy's `scur`, what `leastconn` compares).
     pub fn outstanding(&self) -> u64 {
         self.stats.outstanding.load(Ordering::Relaxed)
     }

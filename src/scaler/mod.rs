@@ -11,8 +11,9 @@
 //!   see. A partition never yields two scalers that both act.
 //! - Each balancer publishes who it believes the scaler is (`scaler` key) and the last
 //!   scale event it made (`scale` key: a new scaler keeps the cooldown of the old one).
-//! - Decisions come from [`policy`] over the moving-average in-flight requests of every
-//!   live balancer (gossiped `load`), checked every `scaler.check_interval`; the
+//! - Decisions come from [`policy`] over the moving-average sessions (requests in
+//!   flight and open WebSocket tunnels, as the old autoscaler's `scur`) of every live
+//!   balancer (gossiped `load`), checked every `scaler.check_interval`; the
 //!   `.openshift/markers/disable_auto_scaling` marker or `scaler.enabled = false` stops
 //!   them, checked live.
 
