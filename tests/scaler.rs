@@ -548,3 +548,38 @@ async fn a_refused_broker_connection_is_named_with_its_cause() {
         "{said}"
     );
 }
+
+/// Open WebSockets are load even with no request in flight, as they were in the old
+/// autoscaler's `scur`: enough of them ask for a gear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_websockets_alone_are_load_for_the_scaler() {
+    use futures_util::{SinkExt, StreamExt};
+    let broker = TestBroker::start(1, 10).await;
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let lb = start(dir.path(), &cfg, &broker);
+    // One gear of at most one session each: two open tunnels are 200%.
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", lb.proxy))
+            .await
+            .unwrap();
+        ws.send("ping".into()).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        assert_eq!(reply.into_text().unwrap(), "g0: ping");
+        sockets.push(ws);
+    }
+    let up = eventually(Duration::from_secs(8), || !broker.events().is_empty()).await;
+    assert!(
+        up,
+        "no scale-up for open WebSockets: {}",
+        lb.status_json()["scaler"]
+    );
+    assert_eq!(broker.events()[0].0, "scale-up");
+    assert_eq!(lb.status_json()["frontend"]["requests_current"], 0);
+}
