@@ -141,7 +141,7 @@ impl Collector for CoreCollector {
         gauge(
             e,
             "gearlb_frontend_connections",
-            "Client connections open now.",
+            "Client connections open now, upgraded ones (WebSocket tunnels) included.",
             fg(r(&f.connections_current)),
         )?;
         counter(
@@ -173,6 +173,13 @@ impl Collector for CoreCollector {
             "gearlb_frontend_requests_in_flight",
             "Client requests being handled now.",
             fg(r(&f.requests_current)),
+        )?;
+        gauge(
+            e,
+            "gearlb_frontend_tunnels",
+            "Upgraded client connections (WebSocket) whose tunnel is open now; each is \
+             also one of gearlb_frontend_connections.",
+            fg(r(&f.tunnels_current)),
         )?;
         counter(
             e,
@@ -274,10 +281,21 @@ impl Collector for CoreCollector {
         )?;
         family(
             e,
+            "gearlb_backend_sessions",
+            "Sessions on the backend (HAProxy scur): requests in flight and open tunnels.",
+            MetricType::Gauge,
+            &each(&|en| en.backend.outstanding()),
+        )?;
+        family(
+            e,
             "gearlb_backend_requests_in_flight",
             "Requests sent to the backend and not yet answered in full.",
             MetricType::Gauge,
-            &each(&|en| en.backend.outstanding()),
+            &each(&|en| {
+                en.backend
+                    .outstanding()
+                    .saturating_sub(r(&en.backend.tunnels))
+            }),
         )?;
         family(
             e,

@@ -335,7 +335,8 @@ fn apply(rotations: &Rotations, router: &Router, gear: &str, op: &RotationOp, no
                 b.pool.close();
                 info!(gear, by = %op.by, "gear draining (rotate-out)");
             }
-            let inflight = b.outstanding() + b.tunnels.load(Ordering::Relaxed);
+            // Requests in flight and open tunnels (a tunnel keeps its request's count).
+            let inflight = b.outstanding();
             let open = b.pool.open_connections();
             let mut forced = forced_before.unwrap_or(0);
             if (inflight > 0 || open > 0) && now_ms >= op.deadline_ms && forced_before.is_none() {
@@ -454,11 +455,14 @@ mod tests {
         let rot = Rotations::new(vec![]);
         let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(1));
         let backend = router.load().entries()[0].backend.clone();
+        // An open tunnel: its upgrade request's session, counted once.
+        backend.stats.request_started();
         backend.tunnels.fetch_add(1, Ordering::Relaxed);
         let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 1);
         assert_eq!(ack.forced, 1);
         assert!(backend.pool.kill_token().is_cancelled());
         backend.tunnels.fetch_sub(1, Ordering::Relaxed);
+        backend.stats.request_finished();
         let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 2);
         assert_eq!((ack.state, ack.forced), (AckState::Drained, 1));
     }

@@ -1028,11 +1028,13 @@ impl App {
                 .iter()
                 .filter_map(|(id, a)| current(a).map(|a| (id.clone(), a.forced)))
                 .collect();
+            // Only a later op in the other direction undoes this one (a later one in
+            // the same direction is followed at the top of the next round).
             let superseded = self
                 .rotations
                 .ops()
                 .get(&label)
-                .filter(|o| o.epoch() != epoch)
+                .filter(|o| o.epoch() != epoch && o.op != op)
                 .cloned();
             let left = give_up.saturating_sub(started.elapsed());
             let line = format!(
@@ -1513,7 +1515,7 @@ impl StatusSource for App {
     }
 
     fn healthy(&self) -> bool {
-        self.router.load().selectable_count() > 0
+        self.router.load().can_serve()
     }
 
     fn metrics(&self) -> Result<String, std::fmt::Error> {

@@ -72,11 +72,15 @@ pub struct FrontendStats {
     pub connection_rate: Rate,
     /// New requests per second (sampled).
     pub request_rate: Rate,
-    /// Moving average of requests in flight (f64 bits; sampled once a second): the
-    /// "sessions" the scaler adds up across balancers.
+    /// Moving average of sessions on the backends, requests in flight and open tunnels
+    /// (f64 bits; sampled once a second): the old autoscaler averaged HAProxy's
+    /// `BACKEND` `scur`, which counts both; the scaler adds it up across balancers.
     pub inflight_avg: AtomicU64,
     /// Weight of each new sample in `inflight_avg` (f64 bits), from the averaging window.
     pub inflight_alpha: AtomicU64,
+    /// Upgraded connections (WebSocket) whose tunnel is open now. Each is also one of
+    /// `connections_current`, but not of `requests_current`.
+    pub tunnels_current: AtomicU64,
 }
 
 impl FrontendStats {
@@ -111,12 +115,18 @@ impl FrontendStats {
             .store(alpha.to_bits(), Ordering::Relaxed);
     }
 
-    /// The moving average of requests in flight.
+    /// The moving average of requests in flight and open tunnels.
     pub fn inflight_average(&self) -> f64 {
         f64::from_bits(self.inflight_avg.load(Ordering::Relaxed))
     }
 
-    /// Fold the current in-flight count into the average (once a second).
+    /// Sessions on the backends now: requests in flight and open tunnels (an upgrade
+    /// request becomes a tunnel once its `101` went out: counted once).
+    pub fn sessions_now(&self) -> u64 {
+        self.requests_current.load(Ordering::Relaxed) + self.tunnels_current.load(Ordering::Relaxed)
+    }
+
+    /// Fold the current sessions into the average (once a second).
     pub fn sample_inflight(&self) {
         let alpha = f64::from_bits(self.inflight_alpha.load(Ordering::Relaxed));
         let alpha = if alpha > 0.0 {
@@ -124,7 +134,7 @@ impl FrontendStats {
         } else {
             1.0 - (-1.0f64 / 50.0).exp()
         };
-        let now = self.requests_current.load(Ordering::Relaxed) as f64;
+        let now = self.sessions_now() as f64;
         let avg = self.inflight_average();
         self.inflight_avg
             .store((avg + (now - avg) * alpha).to_bits(), Ordering::Relaxed);
@@ -134,7 +144,9 @@ impl FrontendStats {
 /// Counters of one backend.
 #[derive(Debug)]
 pub struct BackendStats {
-    /// Requests sent and not yet fully answered (HAProxy `scur`).
+    /// Sessions on this backend (HAProxy `scur`): requests sent and not yet fully
+    /// answered, and open tunnels (an upgrade request stays one until its tunnel
+    /// closes). What least-outstanding selection compares, as HAProxy's `leastconn`.
     pub outstanding: AtomicU64,
     pub outstanding_max: AtomicU64,
     /// Requests sent (HAProxy `stot`).
@@ -415,9 +427,9 @@ pub struct BackendReport {
     pub in_subset: bool,
     /// Latest active health check, if one ran.
     pub last_check: Option<CheckReport>,
-    /// Upgraded connections (WebSocket) open now.
+    /// Upgraded connections (WebSocket) open now; each is also one of `sessions`.
     pub tunnels: u64,
-    /// Requests in flight now (HAProxy `scur`).
+    /// Sessions now (HAProxy `scur`): requests in flight and open tunnels.
     pub sessions: u64,
     pub sessions_max: u64,
     pub requests_total: u64,

@@ -379,4 +379,15 @@ async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
     assert_eq!(gear.requests(), before + 1);
     // Both balancers stay live to each other throughout.
     assert_eq!(lbs[0].live(), vec!["lb1".to_string(), "lb2".to_string()]);
+    // A peer's gossip connection is not a client session: not counted, and a graceful
+    // stop does not wait for it (shutdown_grace is 30 s here).
+    let frontend = &lbs[0].status_json()["frontend"];
+    assert_eq!(frontend["connections_current"], 0, "{frontend}");
+    let mut lbs = lbs;
+    lbs[0].signal("TERM");
+    assert_eq!(
+        lbs[0].wait(Duration::from_secs(10)),
+        Some(0),
+        "the stop waited for gossip connections"
+    );
 }

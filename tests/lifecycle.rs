@@ -330,3 +330,73 @@ async fn runs_under_valgrind() {
     .unwrap();
     assert_eq!(code, Some(0), "exit under valgrind; log:\n{log}");
 }
+
+/// SIGTERM: a request in flight finishes, open WebSockets are closed at once (as the old
+/// cartridge's HAProxy did on stop), and the stop waits until they are closed, well
+/// within `timeouts.shutdown_grace`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_closes_open_websockets_and_finishes_requests() {
+    use futures_util::{SinkExt, StreamExt};
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let mut lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            "[timeouts]\nshutdown_grace = \"20s\"",
+        ),
+    );
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", lb.proxy))
+            .await
+            .unwrap();
+        ws.send("ping".into()).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        assert_eq!(reply.into_text().unwrap(), "web1: ping");
+        sockets.push(ws);
+    }
+    let proxy = lb.proxy;
+    let slow = tokio::spawn(async move { get(proxy, "/slow?ms=3000", &[]).await });
+    let busy = eventually(Duration::from_secs(5), || {
+        lb.status_json()["frontend"]["requests_current"] == 1
+    })
+    .await;
+    assert!(busy, "{}", lb.status_json());
+    assert_eq!(lb.status_json()["frontend"]["connections_current"], 3);
+
+    let t = Instant::now();
+    lb.signal("TERM");
+    for ws in &mut sockets {
+        let end = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("an open WebSocket is closed by the stop");
+        assert!(!matches!(&end, Some(Ok(m)) if m.is_text()), "{end:?}");
+    }
+    assert!(
+        !slow.is_finished(),
+        "tunnels closed after {:?}: not at once, but after the request in flight",
+        t.elapsed()
+    );
+    let got = slow.await.unwrap().unwrap();
+    assert_eq!(got.status, 200, "the request in flight finished");
+    let code = tokio::task::spawn_blocking(move || {
+        let code = lb.wait(Duration::from_secs(10));
+        (code, lb)
+    })
+    .await
+    .unwrap();
+    let (code, lb) = code;
+    assert_eq!(code, Some(0));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "stop took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !lb.log_text().contains("grace period"),
+        "the stop saw every tunnel end:\n{}",
+        lb.log_text()
+    );
+}

@@ -684,6 +684,52 @@ async fn the_cartridge_as_origin_servers_node_drives_it() {
     let seen = spread(&proxies, 40).await;
     assert_eq!(seen.len(), 4, "every web gear serves: {seen:?}");
 
+    // WebSockets are sessions where the old autoscaler looks: `express,BACKEND` scur of
+    // `show stat` on `run/stats` (read as haproxy_ctld.rb reads it), and the CSV.
+    {
+        use futures_util::{SinkExt, StreamExt};
+        let mut sockets = Vec::new();
+        for i in 0..3 {
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", a.proxy()))
+                .await
+                .unwrap();
+            ws.send(format!("hi {i}").into()).await.unwrap();
+            assert!(ws.next().await.unwrap().unwrap().is_text());
+            sockets.push(ws);
+        }
+        let backend_scur = |g: &Gear| -> u64 {
+            let out = Command::new("socat")
+                .args([
+                    "stdio",
+                    &format!("unix-connect:{}", g.cart().join("run/stats").display()),
+                ])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    use std::io::Write;
+                    c.stdin.take().unwrap().write_all(b"show stat\n")?;
+                    c.wait_with_output()
+                })
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines()
+                .map(|l| l.split(',').collect::<Vec<_>>())
+                .find(|f| f.len() > 4 && f[0] == "express" && f[1] == "BACKEND")
+                .unwrap_or_else(|| panic!("no express,BACKEND in {text}"))[4]
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(backend_scur(&a), 3);
+        assert_eq!(a.ctl_status()["frontend"]["connections_current"], 3);
+        for ws in &mut sockets {
+            ws.close(None).await.unwrap();
+        }
+        drop(sockets);
+        let gone = eventually(Duration::from_secs(5), || backend_scur(&a) == 0).await;
+        assert!(gone, "closed WebSockets still counted");
+    }
+
     // rotate_and_yield of the head gear, under traffic: out on every balancer (the node
     // passes the head gear's uuid: local-gear on the head balancer, gear-myapp-ns on the
     // other), restart, back in. No request fails and none reaches it while out.

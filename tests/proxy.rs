@@ -1054,3 +1054,133 @@ async fn backends_closing_idle_keep_alive_connections_fail_no_request() {
         assert_eq!(served.load(Ordering::Relaxed), 10, "{style}");
     }
 }
+
+/// `scur` of every row of the HAProxy CSV, by `svname`.
+async fn csv_scur(status: std::net::SocketAddr) -> std::collections::HashMap<String, String> {
+    let csv = get(status, "/haproxy-status/;csv", &[])
+        .await
+        .unwrap()
+        .text();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .and_then(|h| h.strip_prefix("# "))
+        .unwrap()
+        .split(',')
+        .collect();
+    let col = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let (sv, scur) = (col("svname"), col("scur"));
+    lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .map(|f| (f[sv].to_string(), f[scur].to_string()))
+        .collect()
+}
+
+/// A metric's value in the Prometheus text, by its name and labels as written.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// An open WebSocket is a session as HAProxy counts one: in FRONTEND, server and
+/// BACKEND `scur` (and their JSON and Prometheus forms), within
+/// `limits.max_connections`, and in the load the scaler averages, until it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_websockets_are_sessions_until_they_close() {
+    use futures_util::{SinkExt, StreamExt};
+    const K: u64 = 3;
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            &format!(
+                "[limits]\nmax_connections = {K}\n\
+                 [scaler]\ncheck_interval = \"200ms\"\naverage_window = \"1s\"\n"
+            ),
+        ),
+    );
+    let mut sockets = Vec::new();
+    for i in 0..K {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", lb.proxy))
+            .await
+            .unwrap();
+        ws.send(format!("hello {i}").into()).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        assert_eq!(reply.into_text().unwrap(), format!("web1: hello {i}"));
+        sockets.push(ws);
+    }
+
+    // Counted once each: a connection on the frontend, a session on the server.
+    let s = lb.status_json();
+    assert_eq!(s["frontend"]["connections_current"], K, "{s}");
+    assert_eq!(s["frontend"]["requests_current"], 0, "{s}");
+    assert_eq!(s["backends"][0]["sessions"], K, "{s}");
+    assert_eq!(s["backends"][0]["tunnels"], K, "{s}");
+    let scur = csv_scur(lb.status).await;
+    for row in ["FRONTEND", "web1", "BACKEND"] {
+        assert_eq!(scur[row], K.to_string(), "{row} scur: {scur:?}");
+    }
+    let m = get(lb.status, "/metrics", &[]).await.unwrap().text();
+    assert_eq!(metric(&m, "gearlb_frontend_connections"), Some(K as f64));
+    assert_eq!(metric(&m, "gearlb_frontend_tunnels"), Some(K as f64));
+    assert_eq!(
+        metric(&m, "gearlb_backend_sessions{backend=\"web1\"}"),
+        Some(K as f64),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "gearlb_backend_requests_in_flight{backend=\"web1\"}"),
+        Some(0.0)
+    );
+
+    // They hold their connections' places: one more is refused, and they still work.
+    let out = raw(
+        lb.proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.is_empty(), "served over the limit: {out:?}");
+    assert_eq!(lb.status_json()["frontend"]["connections_refused"], 1);
+    for ws in &mut sockets {
+        ws.send("still".into()).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        assert_eq!(reply.into_text().unwrap(), "web1: still");
+    }
+
+    // The scaler's load sees them, with no request in flight.
+    let seen = eventually(Duration::from_secs(10), || {
+        lb.status_json()["scaler"]["sessions"]
+            .as_f64()
+            .is_some_and(|v| v >= K as f64 * 0.9)
+    })
+    .await;
+    assert!(seen, "scaler load: {}", lb.status_json()["scaler"]);
+
+    for mut ws in sockets {
+        ws.close(None).await.unwrap();
+        // Bounded: the close handshake, then the end.
+        for _ in 0..10 {
+            if ws.next().await.is_none_or(|m| m.is_err()) {
+                break;
+            }
+        }
+    }
+    let released = eventually(Duration::from_secs(5), || {
+        let s = lb.status_json();
+        s["frontend"]["connections_current"] == 0
+            && s["backends"][0]["sessions"] == 0
+            && s["backends"][0]["tunnels"] == 0
+    })
+    .await;
+    assert!(released, "{}", lb.status_json());
+    let scur = csv_scur(lb.status).await;
+    for row in ["FRONTEND", "web1", "BACKEND"] {
+        assert_eq!(scur[row], "0", "{row} scur: {scur:?}");
+    }
+    let got = get(lb.proxy, "/", &[]).await.unwrap();
+    assert_eq!(got.status, 200, "places are given back");
+}

@@ -222,3 +222,38 @@ async fn unknown_gears_and_bad_arguments_change_nothing() {
     let got = get(lb.proxy, "/", &[]).await.unwrap();
     assert_eq!(got.status, 503);
 }
+
+/// The node asks every balancer for the same rotation at once (`update_proxy_status`):
+/// each command joins the one in force, or follows a concurrent one in the same
+/// direction, and all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_balancer_asked_at_once_agrees_and_succeeds() {
+    let gears: Vec<TestBackend> = {
+        let mut v = Vec::new();
+        for i in 0..5 {
+            v.push(TestBackend::start(&format!("g{i}")).await);
+        }
+        v
+    };
+    let refs: Vec<&TestBackend> = gears.iter().collect();
+    let (_dirs, lbs) = cluster_of(3, &refs, "").await;
+    for op in ["rotate-out", "rotate-in"] {
+        for g in &gears {
+            let label = format!("{}-ns", g.name);
+            let args = [op, label.as_str(), "--as-json"];
+            let calls: Vec<_> = lbs.iter().map(|lb| ctl_async(lb, &args)).collect();
+            for (i, (code, out, err)) in futures_util::future::join_all(calls)
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                assert_eq!(code, 0, "{op} {label} on lb{}: {out}\n{err}", i + 1);
+            }
+        }
+    }
+    for lb in &lbs {
+        for g in &gears {
+            assert_eq!(backend_state(lb, &format!("gear-{}-ns", g.name)), "up");
+        }
+    }
+}

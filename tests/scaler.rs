@@ -406,3 +406,180 @@ async fn gear_ratio_takes_the_local_gear_out_and_back() {
         "the sticky value of the own gear is <gearname>-<ns>"
     );
 }
+
+fn scaler_num(lb: &Gearlb, key: &str) -> f64 {
+    lb.status_json()["scaler"][key].as_f64().unwrap_or(0.0)
+}
+
+/// The GET of the scale limits carries the broker key in its body, where the broker
+/// reads it (never in the URL), so the limits are read, and a balancer already at
+/// `scale_max` asks for no gear however loaded it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_limits_are_read_with_the_key_in_the_body() {
+    // One gear, at most one.
+    let broker = TestBroker::start(1, 1).await;
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let lb = start(dir.path(), &cfg, &broker);
+    let read = eventually(Duration::from_secs(8), || {
+        lb.status_json()["scaler"]["scale_limits"] == serde_json::json!({"min": 1, "max": 1})
+    })
+    .await;
+    assert!(read, "{}\n{}", lb.status_json()["scaler"], lb.log_text());
+    assert!(broker.limit_reads.load(Ordering::Relaxed) >= 1);
+    assert_eq!(broker.keys_in_url.load(Ordering::Relaxed), 0);
+    assert!(!lb.log_text().contains("scale limits"), "{}", lb.log_text());
+
+    // Full, but at its maximum: no scale-up is asked for.
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = load(lb.proxy, 3, stop.clone());
+    let mut full_at = 0.0;
+    let full = eventually(Duration::from_secs(8), || {
+        full_at = scaler_num(&lb, "checks");
+        scaler_num(&lb, "capacity") >= 90.0
+    })
+    .await;
+    assert!(full, "{}", lb.status_json()["scaler"]);
+    // That check's decision is made once the next check has begun.
+    let decided = eventually(Duration::from_secs(5), || {
+        scaler_num(&lb, "checks") >= full_at + 2.0
+    })
+    .await;
+    assert!(decided);
+    assert!(broker.events().is_empty(), "{:?}", broker.events());
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// A broker failure is logged with what failed (method, URL, status and what the
+/// broker said), once and not at every check; its end is logged too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_failures_are_logged_once_then_backed_off_and_the_recovery_too() {
+    let broker = TestBroker::start(1, 10).await;
+    broker.fail_limits.store(true, Ordering::Relaxed);
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let lb = start(dir.path(), &cfg, &broker);
+    // Ten checks (200 ms apart), every one failing.
+    let failing = eventually(Duration::from_secs(10), || {
+        scaler_num(&lb, "broker_failures") >= 10.0
+    })
+    .await;
+    assert!(failing, "{}", lb.status_json()["scaler"]);
+    let log = lb.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("scale limits")).collect();
+    assert_eq!(lines.len(), 1, "logged once:\n{log}");
+    let url = format!(
+        "GET https://{}/broker/rest/domains/ns/applications/app",
+        broker.addr
+    );
+    for part in [url.as_str(), "503", "The broker is down for maintenance"] {
+        assert!(lines[0].contains(part), "{part:?} not in {}", lines[0]);
+    }
+    assert!(!log.contains(BROKER_TOKEN) && !log.contains(BROKER_IV));
+    let error = lb.status_json()["scaler"]["broker_error"].to_string();
+    assert!(error.contains(&url) && error.contains("503"), "{error}");
+
+    broker.fail_limits.store(false, Ordering::Relaxed);
+    let back = eventually(Duration::from_secs(5), || {
+        let s = lb.status_json();
+        s["scaler"]["scale_limits"] == serde_json::json!({"min": 1, "max": 10})
+            && s["scaler"]["broker_error"].is_null()
+            && s["scaler"]["broker_failures"] == 0
+    })
+    .await;
+    assert!(back, "{}", lb.status_json()["scaler"]);
+    let said = eventually(Duration::from_secs(2), || {
+        lb.log_text().contains("the broker answers again")
+    })
+    .await;
+    assert!(said, "{}", lb.log_text());
+}
+
+/// A broker nobody listens for: the scaler's log and `ctl scale` say which request
+/// failed and why, not only "error sending request".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_broker_connection_is_named_with_its_cause() {
+    let broker = TestBroker::start(1, 10).await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let mut env = broker.gear_env(&dir.path().join("home"));
+    for (k, v) in &mut env {
+        if k == "OPENSHIFT_BROKER_HOST" {
+            *v = closed.to_string();
+        }
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let lb = Gearlb::start_with(dir.path(), &cfg, &[], &env);
+    let app = format!("https://{closed}/broker/rest/domains/ns/applications/app");
+    let logged = eventually(Duration::from_secs(8), || {
+        lb.log_text()
+            .lines()
+            .any(|l| l.contains(&format!("GET {app}: ")) && l.contains("Connection refused"))
+    })
+    .await;
+    assert!(logged, "{}", lb.log_text());
+    let (code, out, err) = lb.ctl(&["scale", "up"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains(&format!("POST {app}/events: ")) && said.contains("Connection refused"),
+        "{said}"
+    );
+}
+
+/// Open WebSockets are load even with no request in flight, as they were in the old
+/// autoscaler's `scur`: enough of them ask for a gear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_websockets_alone_are_load_for_the_scaler() {
+    use futures_util::{SinkExt, StreamExt};
+    let broker = TestBroker::start(1, 10).await;
+    let g0 = TestBackend::start("g0").await;
+    let dir = workdir();
+    let cfg = config_text(
+        dir.path(),
+        &[("gear-g0-ns", g0.addr)],
+        &scaler_extra(&broker),
+    );
+    let lb = start(dir.path(), &cfg, &broker);
+    // One gear of at most one session each: two open tunnels are 200%.
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", lb.proxy))
+            .await
+            .unwrap();
+        ws.send("ping".into()).await.unwrap();
+        let reply = ws.next().await.unwrap().unwrap();
+        assert_eq!(reply.into_text().unwrap(), "g0: ping");
+        sockets.push(ws);
+    }
+    let up = eventually(Duration::from_secs(8), || !broker.events().is_empty()).await;
+    assert!(
+        up,
+        "no scale-up for open WebSockets: {}",
+        lb.status_json()["scaler"]
+    );
+    assert_eq!(broker.events()[0].0, "scale-up");
+    assert_eq!(lb.status_json()["frontend"]["requests_current"], 0);
+}

@@ -48,8 +48,8 @@ pub struct Load {
     /// Client connections now.
     #[serde(rename = "s")]
     pub sessions: u64,
-    /// Moving average of requests in flight (`scaler.average_window`): what the scaler
-    /// adds up across balancers.
+    /// Moving average of requests in flight and open tunnels (`scaler.average_window`):
+    /// what the scaler adds up across balancers.
     #[serde(rename = "a")]
     pub sessions_avg: f64,
     /// Requests per second over the last second.

@@ -35,6 +35,14 @@ impl ProxyBody {
         }
     }
 
+    /// No body (the `101` of an upgrade, whose connection went to its tunnel).
+    pub fn empty() -> Self {
+        ProxyBody {
+            kind: BodyKind::Text(None),
+            _frontend: None,
+        }
+    }
+
     pub(super) fn upstream(body: UpBody, flight: InFlight) -> Self {
         let mut u = UpstreamBody { body, flight };
         // A body-less response frees its connection before the client is answered.

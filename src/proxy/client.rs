@@ -51,14 +51,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::debug;
 
 use super::forward::ClientInfo;
 use super::phase::WriteTurn;
 use super::{handle, FrontendRequest, ProxyCtx, Settings};
 use crate::routing::Affinity;
+use crate::stats::FrontendStats;
 
 /// Idle time after which an HTTP/1 keep-alive connection gives back its HTTP state.
 pub const PARK_AFTER_MS: u64 = 500;
@@ -74,10 +77,53 @@ const LINGER_TOTAL: Duration = Duration::from_secs(30);
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Per-connection state shared between the connection task, its socket wrapper and its
-/// requests. Plain atomics: written and read by one task at a time in practice.
+/// One client connection as HAProxy counts a session: from accept to close, the tunnel
+/// of an upgraded connection included, and once, whatever happens on the connection
+/// (keep-alive requests, parking, an upgrade). While it lives it is in
+/// `connections_current` (FRONTEND `scur`), holds one of the `limits.max_connections`
+/// permits, and keeps the graceful stop waiting (a token of the server's task tracker).
+///
+/// It lives in the connection's [`ConnState`], shared by the connection task, its
+/// requests and, after an upgrade, the tunnel: the session ends when the last of them
+/// lets go, not when hyper hands an upgraded socket over and the connection task returns.
+pub(super) struct Session {
+    stats: Arc<FrontendStats>,
+    _permit: OwnedSemaphorePermit,
+    _tracked: TaskTrackerToken,
+}
+
+impl Session {
+    /// A connection was accepted with `permit`: counted from now.
+    pub fn open(
+        stats: Arc<FrontendStats>,
+        permit: OwnedSemaphorePermit,
+        tracked: TaskTrackerToken,
+    ) -> Self {
+        stats.connection_opened();
+        Session {
+            stats,
+            _permit: permit,
+            _tracked: tracked,
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Then the permit and the tracker token go, with the fields.
+        self.stats.connection_closed();
+    }
+}
+
+/// Per-connection state shared between the connection task, its socket wrapper, its
+/// requests and an upgraded connection's tunnel. Plain atomics: written and read by one
+/// task at a time in practice.
 pub(super) struct ConnState {
     pub ctx: Arc<ProxyCtx>,
+    /// The connection as a session: counted, permitted and tracked while this lives,
+    /// unless handed to the balancer's own protocol ([`ConnState::end_session`]). Locked
+    /// only there: dropping it with the state takes no lock.
+    session: std::sync::Mutex<Option<Session>>,
     pub client: ClientInfo,
     /// Where this connection's previous request went (connection affinity).
     pub affinity: Affinity,
@@ -111,11 +157,23 @@ pub(super) struct ConnState {
 }
 
 impl ConnState {
-    fn new(ctx: Arc<ProxyCtx>, client: ClientInfo, server: Duration) -> Self {
+    /// The connection leaves the proxy's sessions: it was upgraded to the balancer's own
+    /// protocol (gossip), which keeps its own limits and stops on its own.
+    pub fn end_session(&self) {
+        let taken = self
+            .session
+            .lock()
+            .map(|mut s| s.take())
+            .unwrap_or_else(|p| p.into_inner().take());
+        drop(taken);
+    }
+
+    fn new(ctx: Arc<ProxyCtx>, session: Session, client: ClientInfo, server: Duration) -> Self {
         let now = ctx.clock.now_ms();
         let server_ms = server.as_millis() as u64;
         ConnState {
             ctx,
+            session: std::sync::Mutex::new(Some(session)),
             client,
             affinity: Affinity::default(),
             last_io: AtomicU64::new(now),
@@ -503,21 +561,36 @@ fn check_deadlines(
 }
 
 /// Serve one accepted client connection until it closes, times out or the balancer
-/// stops (`shutdown`: requests in flight finish, idle connections close at once).
-pub(super) async fn serve_connection(
+/// stops (`shutdown`: requests in flight finish, idle connections close at once). An
+/// upgraded connection's `session` outlives this, in its tunnel.
+pub(super) fn serve_connection(
     ctx: &Arc<ProxyCtx>,
+    session: Session,
     stream: TcpStream,
     peer: SocketAddr,
     local_port: u16,
     shutdown: CancellationToken,
-) {
+) -> impl std::future::Future<Output = ()> + Send + '_ {
     let _ = stream.set_nodelay(true);
     let settings: Arc<Settings> = ctx.settings.load_full();
+    // Built before the connection's future: what only goes into it is not kept in the
+    // future for the connection's whole life (see `connection_task_state_stays_small`).
     let state = Arc::new(ConnState::new(
         ctx.clone(),
+        session,
         ClientInfo::new(peer, local_port, "http"),
         settings.timeouts.server,
     ));
+    serve_http(ctx, state, settings, stream, shutdown)
+}
+
+async fn serve_http(
+    ctx: &Arc<ProxyCtx>,
+    state: Arc<ConnState>,
+    settings: Arc<Settings>,
+    stream: TcpStream,
+    shutdown: CancellationToken,
+) {
     let client_ms = settings.timeouts.client.as_millis() as u64;
     let head_ms = settings.timeouts.request_header.as_millis() as u64;
     let clock = ctx.clock;
@@ -722,9 +795,11 @@ pub(super) async fn serve_connection(
 
 /// Serve one HTTPS client connection: TLS handshake (bounded by `request_header`), then
 /// HTTP/1.1 or HTTP/2 (by ALPN or preface) through hyper-util's auto builder, with the
-/// client inactivity timeout kept here. TLS connections are not parked.
+/// client inactivity timeout kept here. TLS connections are not parked. The `session`
+/// counts from before the handshake.
 pub(super) async fn serve_tls_connection(
     ctx: &Arc<ProxyCtx>,
+    session: Session,
     acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
@@ -750,6 +825,7 @@ pub(super) async fn serve_tls_connection(
     };
     let state = Arc::new(ConnState::new(
         ctx.clone(),
+        session,
         ClientInfo::new(peer, local_port, "https"),
         settings.timeouts.server,
     ));
@@ -839,9 +915,47 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let peer = "192.0.2.1:5".parse().unwrap();
-        let fut = serve_connection(&ctx, s, peer, 80, CancellationToken::new());
+        let fut = serve_connection(
+            &ctx,
+            test_session(&ctx),
+            s,
+            peer,
+            80,
+            CancellationToken::new(),
+        );
         let size = std::mem::size_of_val(&fut);
         assert!(size <= 1024, "connection future is {size} bytes");
+    }
+
+    fn test_session(ctx: &ProxyCtx) -> Session {
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
+            .try_acquire_owned()
+            .unwrap();
+        let tracker = tokio_util::task::TaskTracker::new();
+        Session::open(ctx.stats.clone(), permit, tracker.token())
+    }
+
+    /// A session is one connection from accept to its last holder: counted once, its
+    /// permit held, the stop kept waiting; all three end together.
+    #[test]
+    fn a_session_counts_holds_and_is_tracked_until_dropped() {
+        let stats = Arc::new(FrontendStats::default());
+        let permits = Arc::new(tokio::sync::Semaphore::new(1));
+        let tracker = tokio_util::task::TaskTracker::new();
+        let s = Session::open(
+            stats.clone(),
+            permits.clone().try_acquire_owned().unwrap(),
+            tracker.token(),
+        );
+        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 1);
+        assert_eq!(permits.available_permits(), 0);
+        tracker.close();
+        assert_eq!(tracker.len(), 1);
+        assert!(!tracker.is_empty());
+        drop(s);
+        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 0);
+        assert_eq!(permits.available_permits(), 1);
+        assert!(tracker.is_empty());
     }
 
     fn test_ctx() -> Arc<ProxyCtx> {
@@ -859,8 +973,10 @@ mod tests {
     /// connection with the response unsent.
     #[tokio::test]
     async fn a_response_waiting_for_its_turn_keeps_the_connection_from_parking() {
+        let ctx = test_ctx();
         let state = Arc::new(ConnState::new(
-            test_ctx(),
+            ctx.clone(),
+            test_session(&ctx),
             ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
             Duration::from_secs(30),
         ));

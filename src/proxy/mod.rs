@@ -200,8 +200,9 @@ impl ProxyCtx {
 }
 
 /// Accept client connections until `shutdown` is cancelled. Connections over
-/// `max_connections` are closed at once (counted as refused). Each connection runs on
-/// `tracker`, so the caller can wait for them to finish.
+/// `max_connections` are closed at once (counted as refused); an open WebSocket (any
+/// upgraded connection) keeps its connection's place. Each connection is tracked on
+/// `tracker` until it closes, tunnel included, so the caller can wait for them.
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<ProxyCtx>,
@@ -264,25 +265,22 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
+        // Counted, permitted and tracked until the connection closes, its tunnel
+        // included (the connection task returns when hyper hands an upgrade over).
+        let session = client::Session::open(ctx.stats.clone(), permit, tracker.token());
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         match &tls {
-            None => tracker.spawn(async move {
-                ctx.stats.connection_opened();
-                client::serve_connection(&ctx, stream, peer, local_port, shutdown).await;
-                ctx.stats.connection_closed();
-                drop(permit);
+            None => tokio::spawn(async move {
+                client::serve_connection(&ctx, session, stream, peer, local_port, shutdown).await;
             }),
             Some(tls) => {
                 let acceptor = tls.acceptor();
-                tracker.spawn(async move {
-                    ctx.stats.connection_opened();
+                tokio::spawn(async move {
                     client::serve_tls_connection(
-                        &ctx, acceptor, stream, peer, local_port, shutdown,
+                        &ctx, session, acceptor, stream, peer, local_port, shutdown,
                     )
                     .await;
-                    ctx.stats.connection_closed();
-                    drop(permit);
                 })
             }
         };
@@ -514,7 +512,7 @@ fn unix_now() -> u64 {
 }
 
 async fn forward(
-    conn: &ConnState,
+    conn: &Arc<ConnState>,
     settings: &Settings,
     mut req: Request<Incoming>,
 ) -> ForwardResult {
@@ -523,7 +521,7 @@ async fn forward(
     if upgrade {
         if let Some(ep) = &ctx.endpoint {
             if forward::upgrade_names(req.headers(), ep.protocol()) {
-                return Ok((endpoint_upgrade(ep, conn.client.peer, req), None));
+                return Ok((endpoint_upgrade(ep, conn, req), None));
             }
         }
     }
@@ -607,16 +605,16 @@ async fn forward(
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
         match send_once(conn, settings, &backend, req, check, replay.as_ref()).await {
-            Ok((head, conn)) => {
+            Ok((head, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
                 let resp = respond(
-                    ctx,
+                    conn,
                     settings,
                     head,
-                    conn,
+                    up,
                     flight,
                     insert_cookie,
                     secure,
@@ -758,12 +756,16 @@ async fn send_once(
 
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
 /// inserted when the client had none for this backend, upgrades wired into a tunnel.
+///
+/// An upgraded connection stays one session on the backend from its request to the
+/// tunnel's close, as HAProxy counts it: the request's in-flight count goes to the
+/// tunnel (not to the `101`'s empty body), and the client connection's session with it.
 #[allow(clippy::too_many_arguments)]
 fn respond(
-    ctx: &ProxyCtx,
+    conn: &Arc<ConnState>,
     settings: &Settings,
     head: h1::Head,
-    conn: Conn,
+    up: Conn,
     flight: InFlight,
     insert_cookie: Option<&Sticky>,
     secure: bool,
@@ -773,17 +775,19 @@ fn respond(
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
     let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut body = UpBody::new(conn, &head);
+    let mut body = UpBody::new(up, &head);
+    let mut flight = Some(flight);
     if switching {
         // The backend connection now belongs to the tunnel, not the pool.
         let up = body.take_conn();
-        if let (Some(client), Some(up)) = (client_upgrade, up) {
+        if let (Some(client), Some(up), Some(flight)) = (client_upgrade, up, flight.take()) {
             tokio::spawn(tunnel::run(
                 client,
                 up.into_upgraded(),
-                backend.clone(),
+                flight,
+                conn.clone(),
                 settings.timeouts.tunnel,
-                ctx.stopping.clone(),
+                conn.ctx.stopping.clone(),
                 backend.pool.kill_token(),
             ));
         }
@@ -804,16 +808,21 @@ fn respond(
             }
         }
     }
-    Response::from_parts(parts, ProxyBody::upstream(body, flight))
+    let body = match flight {
+        Some(flight) => ProxyBody::upstream(body, flight),
+        None => ProxyBody::empty(),
+    };
+    Response::from_parts(parts, body)
 }
 
 /// Answer a request for the balancer's own upgrade protocol: `101` and hand the
 /// connection to `ep` once hyper lets go of it, or `403` when its credentials are bad.
 fn endpoint_upgrade(
     ep: &Arc<dyn UpgradeEndpoint>,
-    peer: std::net::SocketAddr,
+    conn: &Arc<ConnState>,
     mut req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    let peer = conn.client.peer;
     if req.version() != http::Version::HTTP_11 || !ep.admit(req.headers()) {
         let mut resp = Response::new(ProxyBody::text("403 Forbidden\n"));
         *resp.status_mut() = StatusCode::FORBIDDEN;
@@ -824,9 +833,16 @@ fn endpoint_upgrade(
     let on = hyper::upgrade::on(&mut req);
     let protocol = ep.protocol();
     let ep = ep.clone();
+    let conn = conn.clone();
     tokio::spawn(async move {
         match on.await {
-            Ok(io) => ep.accept(io, peer),
+            Ok(io) => {
+                // No longer a client session: not in the connection count or limit, and
+                // not waited for by the graceful stop.
+                conn.end_session();
+                drop(conn);
+                ep.accept(io, peer)
+            }
             Err(e) => debug!(error = %e, "upgrade to {} did not complete", ep.protocol()),
         }
     });

@@ -104,7 +104,7 @@ pub struct Backend {
     pub pool: Pool,
     /// Consecutive failures seen on real traffic (reset by any answered request).
     pub passive_failures: AtomicU32,
-    /// Upgraded connections (WebSocket) open now.
+    /// Upgraded connections (WebSocket) open now; each is also one of `outstanding`.
     pub tunnels: AtomicU64,
     /// Latest active check, if any ran.
     pub last_check: ArcSwapOption<CheckReport>,
@@ -127,7 +127,8 @@ impl Backend {
         &self.spec.name
     }
 
-    /// Requests sent to this backend and not yet answered in full.
+    /// Sessions on this backend: requests sent and not yet answered in full, and open
+    /// tunnels (HAProxy's `scur`, what `leastconn` compares).
     pub fn outstanding(&self) -> u64 {
         self.stats.outstanding.load(Ordering::Relaxed)
     }
@@ -203,7 +204,18 @@ impl RoutingTable {
                 .collect()
         };
         let selectable = usable(true);
-        let backups = usable(false);
+        let mut backups = usable(false);
+        if selectable.is_empty() && backups.is_empty() {
+            // The gear ratio never leaves the application without a gear: when nothing
+            // else can take a request (the last remote gear went, or went down, before
+            // the next gear-ratio check), a healthy parked gear serves.
+            backups = entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.parked && e.up && e.admin == Admin::Active)
+                .map(|(i, _)| i)
+                .collect();
+        }
         let by_sticky = entries
             .iter()
             .enumerate()
@@ -228,6 +240,11 @@ impl RoutingTable {
 
     pub fn selectable_count(&self) -> usize {
         self.selectable.len()
+    }
+
+    /// Whether some backend can take a new request (in the subset, or as a backup).
+    pub fn can_serve(&self) -> bool {
+        !self.selectable.is_empty() || !self.backups.is_empty()
     }
 
     /// Pick a backend for a new request: least outstanding among the selectable ones,
@@ -453,8 +470,7 @@ impl Router {
         // Writers are serialised (`lock`), so this generation is new and unique.
         let generation = *self.changes.borrow() + 1;
         let table = RoutingTable::new(entries, generation);
-        self.availability
-            .observe(!table.selectable.is_empty() || !table.backups.is_empty());
+        self.availability.observe(table.can_serve());
         self.table.store(Arc::new(table));
         self.changes.send_replace(generation);
     }
@@ -624,6 +640,28 @@ mod tests {
         assert!(t.sticky_target("../etc").is_none());
         r.set_admin("gear-web1-ns", Admin::Draining);
         assert!(r.load().sticky_target("web1-ns").is_none());
+    }
+
+    #[test]
+    fn a_parked_gear_serves_when_nothing_else_can() {
+        let r = Router::new(4);
+        r.replace_backends(vec![spec("local-gear", 1), spec("b", 2)]);
+        r.set_parked("local-gear", true);
+        for _ in 0..20 {
+            assert_eq!(r.load().select().unwrap().name(), "b");
+        }
+        // The last remote gear goes down, or is removed, before the gear ratio is
+        // looked at again: the parked gear serves rather than a 503.
+        let b = r.load().get("b").unwrap().backend.clone();
+        r.set_health(&b, false);
+        assert_eq!(r.load().select().unwrap().name(), "local-gear");
+        assert!(r.load().can_serve());
+        r.replace_backends(vec![spec("local-gear", 1)]);
+        assert_eq!(r.load().select().unwrap().name(), "local-gear");
+        // Rotated out is out, parked or not.
+        r.set_admin("local-gear", Admin::Drained);
+        assert!(r.load().select().is_none());
+        assert!(!r.load().can_serve());
     }
 
     #[test]

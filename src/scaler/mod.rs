@@ -11,12 +11,14 @@
 //!   see. A partition never yields two scalers that both act.
 //! - Each balancer publishes who it believes the scaler is (`scaler` key) and the last
 //!   scale event it made (`scale` key: a new scaler keeps the cooldown of the old one).
-//! - Decisions come from [`policy`] over the moving-average in-flight requests of every
-//!   live balancer (gossiped `load`), checked every `scaler.check_interval`; the
+//! - Decisions come from [`policy`] over the moving-average sessions (requests in
+//!   flight and open WebSocket tunnels, as the old autoscaler's `scur`) of every live
+//!   balancer (gossiped `load`), checked every `scaler.check_interval`; the
 //!   `.openshift/markers/disable_auto_scaling` marker or `scaler.enabled = false` stops
 //!   them, checked live.
 
 pub mod broker;
+pub mod failures;
 pub mod policy;
 
 use std::collections::HashMap;
@@ -26,7 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cluster::{Cluster, ClusterView};
 use crate::routing::Router;
@@ -144,6 +146,18 @@ pub struct ScalerReport {
     pub last_event: Option<String>,
     /// Whether a broker is configured.
     pub broker: bool,
+    /// The application's scale limits as last read from the broker (`null` until read).
+    #[serde(default)]
+    pub scale_limits: Option<broker::Limits>,
+    /// Why the last call to the broker failed (`null` when it succeeded).
+    #[serde(default)]
+    pub broker_error: Option<String>,
+    /// Calls to the broker that failed in a row.
+    #[serde(default)]
+    pub broker_failures: u64,
+    /// Checks made since the balancer started (every `scaler.check_interval`).
+    #[serde(default)]
+    pub checks: u64,
 }
 
 /// The last scale event a scaler made (gossiped, so a successor keeps the cooldown).
@@ -265,6 +279,10 @@ impl Scaler {
             names.insert(self.self_id.clone(), n.clone());
         }
         let mut limits: Option<(broker::Limits, u64)> = None;
+        // The limits may fail to be read at every check: logged with a back-off, on a
+        // monotonic clock.
+        let mut limits_log = failures::FailureLog::default();
+        let started = tokio::time::Instant::now();
         let mut was_acting = false;
         let mut last_belief = String::new();
         let mut last_seen_event: Option<ScaleEvent> = None;
@@ -372,6 +390,7 @@ impl Scaler {
                 r.enabled = enabled;
                 r.sessions = sessions;
                 r.gears = gears;
+                r.checks += 1;
             });
             if !e.acts || !enabled {
                 continue;
@@ -379,10 +398,52 @@ impl Scaler {
             let Some(b) = &self.broker else { continue };
             let now = unix_ms();
             if limits.is_none_or(|(_, at)| now.saturating_sub(at) > 300_000) {
-                match b.limits().await {
-                    Ok(l) => limits = Some((l, now)),
+                let result = b.limits().await;
+                let mono = started.elapsed().as_millis() as u64;
+                match result {
+                    Ok(l) => {
+                        if let Some((n, since)) = limits_log.succeeded() {
+                            let secs = mono.saturating_sub(since) / 1000;
+                            info!(
+                                failures = n,
+                                min = l.min,
+                                max = %l.max.map_or("none".to_string(), |m| m.to_string()),
+                                "the broker answers again: scale limits read after {secs}s of failures"
+                            );
+                        }
+                        limits = Some((l, now));
+                        self.update(|r| {
+                            r.scale_limits = Some(l);
+                            r.broker_error = None;
+                            r.broker_failures = 0;
+                        });
+                    }
                     Err(err) => {
-                        warn!(error = %err, "could not read the application's scale limits")
+                        let meanwhile = match limits {
+                            Some(_) => "the limits read last",
+                            None => "scale_min 1 and no scale_max",
+                        };
+                        match limits_log.failed(mono, &err.cause()) {
+                            failures::Note::New => warn!(
+                                error = %err,
+                                "could not read the application's scale limits; tried again at every check, decisions use {meanwhile} meanwhile"
+                            ),
+                            failures::Note::Still { count, since_ms } => {
+                                let secs = mono.saturating_sub(since_ms) / 1000;
+                                warn!(
+                                    error = %err,
+                                    failures = count,
+                                    "still cannot read the application's scale limits, for {secs}s; decisions use {meanwhile}"
+                                )
+                            }
+                            failures::Note::Quiet => {
+                                debug!(error = %err, "could not read the application's scale limits")
+                            }
+                        }
+                        self.update(|r| {
+                            r.broker_error = Some(err.to_string());
+                            r.broker_failures += 1;
+                        });
                     }
                 }
             }
@@ -412,6 +473,15 @@ impl Scaler {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (outcome, text) = b.event(event).await;
             self.count_call(outcome);
+            self.update(|r| {
+                if outcome == Outcome::Failed {
+                    r.broker_error = Some(text.clone());
+                    r.broker_failures += 1;
+                } else {
+                    r.broker_error = None;
+                    r.broker_failures = 0;
+                }
+            });
             match outcome {
                 Outcome::Done => info!("{text}"),
                 Outcome::AtLimit => {

@@ -493,9 +493,10 @@ fn backends(h: &mut String, r: &StatusReport) {
             esc(&b.name),
             esc(&b.addr)
         );
+        // Sessions count open tunnels: say how many of them are.
         let tunnels = if b.tunnels > 0 {
             format!(
-                " <span class=\"muted\" title=\"WebSocket tunnels\">+{}ws</span>",
+                " <span class=\"muted\" title=\"of which WebSocket tunnels\">({} ws)</span>",
                 b.tunnels
             )
         } else {

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -668,14 +668,22 @@ pub fn backend_state(lb: &Gearlb, name: &str) -> String {
         .unwrap_or_else(|| "absent".into())
 }
 
-/// A broker for the scaler: HTTPS on 127.0.0.1 with a test CA. It checks the broker key,
-/// records `scale-up`/`scale-down` events with the `X-Gearlb-Node` that sent them, and
-/// answers 422 once the application would go past `scale_max` gears.
+/// A broker for the scaler: HTTPS on 127.0.0.1 with a test CA. It checks the broker key
+/// where the real broker reads it, in the request's body (`broker_key.rb`: the body's
+/// parameters), for the GET of the scale limits as for events, and refuses a key in
+/// the URL; records `scale-up`/`scale-down` events with the `X-Gearlb-Node` that sent
+/// them, and answers 422 once the application would go past `scale_max` gears.
 pub struct TestBroker {
     pub addr: SocketAddr,
     /// PEM of the CA that signed the broker's certificate.
     pub ca_file: PathBuf,
     pub events: Arc<Mutex<Vec<(String, String)>>>,
+    /// Scale limits served (key accepted).
+    pub limit_reads: Arc<AtomicU64>,
+    /// Requests that carried a broker key in their URL (refused with 400).
+    pub keys_in_url: Arc<AtomicU64>,
+    /// While set, the GET of the scale limits answers 503 with a broker error message.
+    pub fail_limits: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -718,6 +726,12 @@ impl TestBroker {
         let gears = Arc::new(AtomicU64::new(gears as u64));
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let ev = events.clone();
+        let counters = BrokerCounters {
+            limit_reads: Arc::default(),
+            keys_in_url: Arc::default(),
+            fail_limits: Arc::default(),
+        };
+        let shared = counters.clone();
         tokio::spawn(async move {
             loop {
                 let (tcp, _) = tokio::select! {
@@ -725,15 +739,16 @@ impl TestBroker {
                     _ = stopped.changed() => break,
                 };
                 let (acceptor, ev, gears) = (acceptor.clone(), ev.clone(), gears.clone());
+                let counters = shared.clone();
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
                     let svc = service_fn(move |req: Request<Incoming>| {
-                        let (ev, gears) = (ev.clone(), gears.clone());
+                        let (ev, gears, counters) = (ev.clone(), gears.clone(), counters.clone());
                         async move {
                             Ok::<_, Infallible>(
-                                broker_route(req, &ev, &gears, scale_max as u64).await,
+                                broker_route(req, &ev, &gears, scale_max as u64, &counters).await,
                             )
                         }
                     });
@@ -747,6 +762,9 @@ impl TestBroker {
             addr,
             ca_file,
             events,
+            limit_reads: counters.limit_reads,
+            keys_in_url: counters.keys_in_url,
+            fail_limits: counters.fail_limits,
             _dir: dir,
             stop,
         }
@@ -782,11 +800,19 @@ impl Drop for TestBroker {
     }
 }
 
+#[derive(Clone)]
+struct BrokerCounters {
+    limit_reads: Arc<AtomicU64>,
+    keys_in_url: Arc<AtomicU64>,
+    fail_limits: Arc<AtomicBool>,
+}
+
 async fn broker_route(
     req: Request<Incoming>,
     events: &Mutex<Vec<(String, String)>>,
     gears: &AtomicU64,
     scale_max: u64,
+    counters: &BrokerCounters,
 ) -> Response<BoxBody> {
     let node = req
         .headers()
@@ -809,13 +835,15 @@ async fn broker_route(
             .find(|(key, _)| *key == k)
             .map(|(_, v)| v.to_string())
     };
-    let source = if method == hyper::Method::GET {
-        &query
-    } else {
-        &form
-    };
-    if field(source, "broker_auth_key").as_deref() != Some(BROKER_TOKEN)
-        || field(source, "broker_auth_iv").as_deref() != Some(BROKER_IV)
+    if query.contains("broker_auth") {
+        counters.keys_in_url.fetch_add(1, Ordering::Relaxed);
+        return Response::builder()
+            .status(400)
+            .body(full("broker key in the URL"))
+            .unwrap();
+    }
+    if field(&form, "broker_auth_key").as_deref() != Some(BROKER_TOKEN)
+        || field(&form, "broker_auth_iv").as_deref() != Some(BROKER_IV)
     {
         return Response::builder()
             .status(401)
@@ -823,9 +851,22 @@ async fn broker_route(
             .unwrap();
     }
     match (method, path.as_str()) {
-        (hyper::Method::GET, "/broker/rest/domains/ns/applications/app") => Response::new(full(
-            serde_json::json!({"data": {"scale_min": 1, "scale_max": scale_max}}).to_string(),
-        )),
+        (hyper::Method::GET, "/broker/rest/domains/ns/applications/app")
+            if counters.fail_limits.load(Ordering::Relaxed) =>
+        {
+            Response::builder()
+                .status(503)
+                .body(full(
+                    r#"{"messages":[{"text":"The broker is down for maintenance","severity":"error"}]}"#,
+                ))
+                .unwrap()
+        }
+        (hyper::Method::GET, "/broker/rest/domains/ns/applications/app") => {
+            counters.limit_reads.fetch_add(1, Ordering::Relaxed);
+            Response::new(full(
+                serde_json::json!({"data": {"scale_min": 1, "scale_max": scale_max}}).to_string(),
+            ))
+        }
         (hyper::Method::POST, "/broker/rest/domains/ns/applications/app/events") => {
             let event = field(&form, "event").unwrap_or_default();
             events.lock().unwrap().push((event.clone(), node));
