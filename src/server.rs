@@ -89,7 +89,8 @@ pub struct App {
     registry_path: Option<PathBuf>,
     /// Held while this balancer runs: calls made while it is stopped go to the
     /// pending file instead (see `state`).
-    _state_lock: crate::state::StateLock,
+    /// (`None` when the directory cannot hold the lock file: served all the same.)
+    state_lock: Option<crate::state::StateLock>,
 }
 
 /// A balancer with its listeners bound, not yet serving.
@@ -354,7 +355,7 @@ impl Server {
                 .homedir
                 .as_deref()
                 .map(crate::cartridge::registry::path),
-            _state_lock: state_lock,
+            state_lock,
             config: tokio::sync::Mutex::new(cfg),
         });
         if let Some(p) = pending {
@@ -895,7 +896,11 @@ impl App {
         }
         match self.persist() {
             Ok(()) => {
-                if let Err(e) = self.store.clear_pending(&self._state_lock) {
+                let cleared = match &self.state_lock {
+                    Some(lock) => self.store.clear_pending(lock),
+                    None => Ok(()),
+                };
+                if let Err(e) = cleared {
                     warn!(error = %e, "applied calls recorded while stopped not cleared: they apply again at the next start");
                 }
             }
@@ -1300,12 +1305,14 @@ impl App {
 }
 
 /// Take the state directory's lock, waiting a little for a caller that holds it to
-/// record a call; fails when another balancer holds it.
-async fn take_state_lock(store: &StateStore) -> anyhow::Result<crate::state::StateLock> {
+/// record a call; fails when another balancer holds it. A directory that cannot hold
+/// the lock file (read-only, full) is reported and served without it: nothing can be
+/// recorded there while stopped either.
+async fn take_state_lock(store: &StateStore) -> anyhow::Result<Option<crate::state::StateLock>> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match store.try_lock() {
-            Ok(Some(l)) => return Ok(l),
+            Ok(Some(l)) => return Ok(Some(l)),
             Ok(None) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await
             }
@@ -1317,7 +1324,10 @@ async fn take_state_lock(store: &StateStore) -> anyhow::Result<crate::state::Sta
                     .unwrap_or(store.path().as_path())
                     .display()
             ),
-            Err(e) => return Err(e).context("cannot lock the state directory"),
+            Err(e) => {
+                error!(error = %e, "cannot lock the state directory: calls made while this balancer is stopped will not be kept");
+                return Ok(None);
+            }
         }
     }
 }

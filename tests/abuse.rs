@@ -792,7 +792,26 @@ fn framed(body: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_gossip_port_is_dropped_and_gossip_goes_on() {
     use sha2::Digest;
-    let (_dirs, lbs) = cluster_of(2, &[], "").await;
+    // Gossip on a TCP port of its own: raw frames reach the frame reader. (On the proxy
+    // port nothing reaches it without the upgrade's proof: see tests/cluster.rs.)
+    let dirs: Vec<_> = (0..2).map(|_| workdir()).collect();
+    let lbs: Vec<Gearlb> = ["lb1", "lb2"]
+        .iter()
+        .zip(&dirs)
+        .map(|(id, d)| Gearlb::start(d.path(), &cluster_config_tcp(d.path(), id, SECRET, "")))
+        .collect();
+    let list = peer_list(&[("lb1", &lbs[0]), ("lb2", &lbs[1])]);
+    for lb in &lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+    }
+    let both = vec!["lb1".to_string(), "lb2".to_string()];
+    assert!(
+        eventually(Duration::from_secs(10), || lbs
+            .iter()
+            .all(|lb| lb.live() == both))
+        .await,
+        "balancers did not form a cluster"
+    );
     let gossip = lbs[0].gossip.unwrap();
     // Frames that must be dropped: noise, an oversized length, another application's
     // frame, this application's tag with a forged HMAC.
@@ -844,8 +863,23 @@ async fn garbage_on_the_gossip_port_is_dropped_and_gossip_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_on_the_gossip_port_never_lock_a_peer_out() {
+    for over_proxy in [false, true] {
+        idle_flood_then_a_peer_joins(over_proxy).await;
+    }
+}
+
+/// 300 idle connections on lb1's gossip address (its own TCP port, or the proxy port
+/// gossip rides), then lb2 joins.
+async fn idle_flood_then_a_peer_joins(over_proxy: bool) {
+    let config = |d: &Path, id: &str| {
+        if over_proxy {
+            cluster_config(d, id, SECRET, "[timeouts]\nrequest_header = \"2s\"")
+        } else {
+            cluster_config_tcp(d, id, SECRET, "")
+        }
+    };
     let d1 = workdir();
-    let lb1 = Gearlb::start(d1.path(), &cluster_config(d1.path(), "lb1", SECRET, ""));
+    let lb1 = Gearlb::start(d1.path(), &config(d1.path(), "lb1"));
     let gossip = lb1.gossip.unwrap();
     // Anyone who can reach the port keeps 300 connections open that never send a
     // frame (re-opening those that get closed). A peer still joins: its connection
@@ -881,7 +915,7 @@ async fn idle_connections_on_the_gossip_port_never_lock_a_peer_out() {
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let d2 = workdir();
-    let lb2 = Gearlb::start(d2.path(), &cluster_config(d2.path(), "lb2", SECRET, ""));
+    let lb2 = Gearlb::start(d2.path(), &config(d2.path(), "lb2"));
     let list = peer_list(&[("lb1", &lb1), ("lb2", &lb2)]);
     for lb in [&lb1, &lb2] {
         assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
@@ -897,10 +931,10 @@ async fn idle_connections_on_the_gossip_port_never_lock_a_peer_out() {
     let (opened, closed) = tokio::task::spawn_blocking(move || flood.join().unwrap())
         .await
         .unwrap();
-    eprintln!("idle flood: {opened} connections opened, {closed} closed by the balancer");
+    eprintln!("idle flood (over the proxy port: {over_proxy}): {opened} connections opened, {closed} closed by the balancer");
     assert!(
         joined,
-        "lb1 sees {:?}, lb2 sees {:?}",
+        "over the proxy port: {over_proxy}: lb1 sees {:?}, lb2 sees {:?}",
         lb1.live(),
         lb2.live()
     );

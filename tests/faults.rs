@@ -602,7 +602,7 @@ async fn full_disk_keeps_serving_reports_the_failed_save_and_keeps_the_last_good
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, vec!["filler", "state.json"]);
+    assert_eq!(left, vec!["filler", "gearlb.lock", "state.json"]);
 
     // Killed now, it comes back with the last good state.
     lb.child.kill().unwrap();

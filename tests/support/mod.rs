@@ -614,6 +614,15 @@ pub fn cluster_config(dir: &Path, id: &str, secret: &str, extra: &str) -> String
     )
 }
 
+/// As [`cluster_config`], with gossip on a TCP port of its own (`cluster.listen`)
+/// instead of the proxy port.
+pub fn cluster_config_tcp(dir: &Path, id: &str, secret: &str, extra: &str) -> String {
+    cluster_config(dir, id, secret, extra).replace(
+        "transport = \"http\"\n",
+        "transport = \"tcp\"\nlisten = \"127.0.0.1:0\"\n",
+    )
+}
+
 /// `set-peers` argument in the subscriber hook's format for these balancers.
 pub fn peer_list(lbs: &[(&str, &Gearlb)]) -> String {
     lbs.iter()
