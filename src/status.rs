@@ -183,7 +183,23 @@ fn route<S: StatusSource>(source: &S, req: &Request<Incoming>) -> Response<Full<
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "report failed\n"),
         },
         "/metrics" => match source.metrics() {
-            Ok(body) => with_type(StatusCode::OK, body.into(), crate::metrics::CONTENT_TYPE),
+            Ok(body) => {
+                use crate::metrics::{negotiate, to_text_004, Format};
+                let accept = req
+                    .headers()
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                match negotiate(accept) {
+                    Format::OpenMetrics => {
+                        with_type(StatusCode::OK, body.into(), crate::metrics::CONTENT_TYPE)
+                    }
+                    Format::Text => with_type(
+                        StatusCode::OK,
+                        to_text_004(&body).into(),
+                        crate::metrics::TEXT_CONTENT_TYPE,
+                    ),
+                }
+            }
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n"),
         },
         path => match page(path, req.uri().query()) {

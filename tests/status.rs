@@ -615,7 +615,13 @@ async fn metrics_parse_and_count() {
     web2.kill();
     wait_state(&g, "web2", "down").await;
 
-    let got = get(g.status, "/metrics", &[]).await.unwrap();
+    let got = get(
+        g.status,
+        "/metrics",
+        &[("accept", "application/openmetrics-text; version=1.0.0")],
+    )
+    .await
+    .unwrap();
     assert_eq!(got.status, 200);
     assert_eq!(
         got.headers["content-type"],
@@ -1450,4 +1456,81 @@ async fn status_page_in_chromium_with_two_balancers() {
     );
     assert!(dom.contains("<span class=\"badge out-of-subset\">out of subset</span>"));
     println!("screenshot of every state: {}", shot.display());
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package) on a live cluster's
+/// `/metrics` as curl and promtool read it (the text format), every family present; and
+/// OpenMetrics to a scraper that asks for it as Prometheus does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool_and_follow_the_scrapers_accept() {
+    let promtool = std::path::Path::new("/usr/bin/promtool");
+    assert!(
+        promtool.exists(),
+        "this test needs promtool: apt-get install prometheus (.ci/run does)"
+    );
+    let web1 = TestBackend::start("web1").await;
+    let web2 = TestBackend::start("web2").await;
+    let (_dirs, lbs) = cluster_of(2, &[&web1, &web2], "").await;
+    for _ in 0..10 {
+        assert_eq!(get(lbs[0].proxy, "/", &[]).await.unwrap().status, 200);
+    }
+    for op in ["rotate-out", "rotate-in"] {
+        let (code, out, err) = lbs[0].ctl(&[op, "web1-ns"]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let got = get(lbs[0].status, "/metrics", &[]).await.unwrap();
+    assert_eq!(
+        got.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = got.text();
+    for family in [
+        "gearlb_frontend_requests_total",
+        "gearlb_backend_response_head_seconds_bucket",
+        "gearlb_gossip_frames_sent_total",
+        "gearlb_rotations_total",
+        "gearlb_rotation_duration_seconds_total",
+        "gearlb_scaler_acting",
+    ] {
+        assert!(text.contains(family), "{family} missing:\n{text}");
+    }
+    assert!(!text.contains("# EOF"));
+    let mut check = std::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let got = get(lbs[0].status, "/metrics", &[("accept", prometheus)])
+        .await
+        .unwrap();
+    assert_eq!(
+        got.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let types = metric_names(&got.text());
+    assert_eq!(types["gearlb_rotation_duration_seconds"], "counter");
+    assert_eq!(types["gearlb_frontend_requests"], "counter");
 }
