@@ -196,14 +196,21 @@ impl Server {
         let (tls_listener, tls) = match cfg.listen.tls {
             None => (None, None),
             Some(addr) => {
-                let tls = crate::tls::load(&cfg.tls, cfg.proxy.h2c).map_err(|problems| {
-                    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-                    anyhow::anyhow!("TLS certificates unusable:\n{}", list.join("\n"))
-                })?;
+                let resumption = crate::tls::Resumption::new()
+                    .context("TLS session tickets cannot be set up")?;
+                let tls = crate::tls::load_with(&cfg.tls, cfg.proxy.h2c, &resumption).map_err(
+                    |problems| {
+                        let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                        anyhow::anyhow!("TLS certificates unusable:\n{}", list.join("\n"))
+                    },
+                )?;
                 let l = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on {addr} (listen.tls)"))?;
-                (Some(l), Some(Arc::new(crate::tls::TlsAcceptor::new(tls))))
+                (
+                    Some(l),
+                    Some(Arc::new(crate::tls::TlsAcceptor::new(tls, resumption))),
+                )
             }
         };
 
@@ -1213,15 +1220,17 @@ impl App {
         // configuration problem (connections already open keep their certificates).
         let new_tls = match &self.tls {
             None => None,
-            Some(_) => match crate::tls::load(&new.tls, cfg.proxy.h2c) {
-                Ok(t) => Some(t),
-                Err(problems) => {
-                    return reload_refused(
-                        "TLS certificates unusable; keeping the old ones",
-                        &problems,
-                    )
+            Some(acceptor) => {
+                match crate::tls::load_with(&new.tls, cfg.proxy.h2c, acceptor.resumption()) {
+                    Ok(t) => Some(t),
+                    Err(problems) => {
+                        return reload_refused(
+                            "TLS certificates unusable; keeping the old ones",
+                            &problems,
+                        )
+                    }
                 }
-            },
+            }
         };
         let mut notes = Vec::new();
         let restart_only = [

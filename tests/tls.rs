@@ -344,3 +344,245 @@ async fn stalled_handshakes_are_cut_at_the_request_header_timeout() {
     let mut sender = http(s).await;
     assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
 }
+
+/// A client with its own provider (cipher-suite order, versions) and session store,
+/// trusting `roots`, that records the OCSP response stapled to the handshake.
+struct Client {
+    config: Arc<rustls::ClientConfig>,
+    ocsp: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    ocsp: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        *self.ocsp.lock().unwrap() = ocsp_response.to_vec();
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+impl Client {
+    fn new(
+        roots: &[CertificateDer<'static>],
+        suites: Option<Vec<rustls::SupportedCipherSuite>>,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Client {
+        let mut store = rustls::RootCertStore::empty();
+        for r in roots {
+            store.add(r.clone()).unwrap();
+        }
+        let mut provider = rustls::crypto::ring::default_provider();
+        if let Some(s) = suites {
+            provider.cipher_suites = s;
+        }
+        let provider = Arc::new(provider);
+        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(store),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let ocsp = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Recording {
+                inner,
+                ocsp: ocsp.clone(),
+            }))
+            .with_no_client_auth();
+        Client {
+            config: Arc::new(config),
+            ocsp,
+        }
+    }
+
+    async fn connect(&self, addr: SocketAddr, name: &str) -> TlsStream<TcpStream> {
+        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        connector
+            .connect(ServerName::try_from(name.to_string()).unwrap(), tcp)
+            .await
+            .unwrap()
+    }
+}
+
+/// One certificate for several names is chosen by the names in it, as HAProxy does (a
+/// file name still wins for its own name); exact names before wildcards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_are_chosen_by_the_names_they_carry() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let multi = self_signed(&["alpha.example", "beta.example", "*.gamma.example"]);
+    let beta = self_signed(&["beta.example"]);
+    let fallback = self_signed(&["default.example"]);
+    write_pair(&certs, "aliases", &multi);
+    write_pair(&certs, "beta.example", &beta);
+    write_pair(&certs, "default", &fallback);
+    let g = Gearlb::start(
+        dir.path(),
+        &tls_config(dir.path(), b.addr, "dir = \"certs\""),
+    );
+    let addr = tls_addr(&g);
+    let roots = [multi.2.clone(), beta.2.clone(), fallback.2.clone()];
+    for (name, want) in [
+        ("alpha.example", &multi.2),
+        ("x.gamma.example", &multi.2),
+        ("beta.example", &beta.2),
+        ("default.example", &fallback.2),
+    ] {
+        let s = connect(addr, name, &roots).await.unwrap();
+        assert_eq!(&presented(&s), want, "{name}");
+    }
+}
+
+/// The server's cipher-suite order, not the client's; sessions resume, over TLS 1.2
+/// and 1.3, across a reload; an OCSP response beside a certificate is stapled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_order_resumption_across_reloads_and_ocsp_stapling() {
+    use rustls::crypto::ring::cipher_suite as cs;
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    // A DER OCSPResponse (status 0 with no body: shape is all the balancer checks).
+    let ocsp = vec![0x30, 0x03, 0x0a, 0x01, 0x00];
+    std::fs::write(dir.path().join("site.pem.ocsp"), &ocsp).unwrap();
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    );
+    let g = Gearlb::start(dir.path(), &cfg);
+    let addr = tls_addr(&g);
+    let roots = std::slice::from_ref(&pair.2);
+
+    // The client prefers ChaCha20; the server's order puts AES-GCM first.
+    let client = Client::new(
+        roots,
+        Some(vec![
+            cs::TLS13_CHACHA20_POLY1305_SHA256,
+            cs::TLS13_AES_128_GCM_SHA256,
+        ]),
+        &[&rustls::version::TLS13],
+    );
+    let s = client.connect(addr, "localhost").await;
+    assert_eq!(
+        s.get_ref().1.negotiated_cipher_suite().unwrap().suite(),
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+    );
+    assert_eq!(*client.ocsp.lock().unwrap(), ocsp, "OCSP response stapled");
+
+    for versions in [
+        &[&rustls::version::TLS13][..],
+        &[&rustls::version::TLS12][..],
+    ] {
+        let client = Client::new(roots, None, versions);
+        let resumed = |s: &TlsStream<TcpStream>| {
+            s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+        };
+        // A full handshake, and a request (TLS 1.3 tickets come after the handshake).
+        let s = client.connect(addr, "localhost").await;
+        assert!(!resumed(&s));
+        let mut sender = http(s).await;
+        assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+        drop(sender);
+        let s = client.connect(addr, "localhost").await;
+        assert!(resumed(&s), "{versions:?}: not resumed");
+        let mut sender = http(s).await;
+        assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+        drop(sender);
+        // A reload keeps what lets sessions resume.
+        let (code, out, err) = g.ctl(&["reload"]);
+        assert_eq!(code, 0, "{out}{err}");
+        let s = client.connect(addr, "localhost").await;
+        assert!(resumed(&s), "{versions:?}: not resumed after a reload");
+    }
+}
+
+/// A ClientHello whose SNI is an IP address (not a valid host name) is served the
+/// default certificate, and logs nothing: a client cannot flood the log with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ip_address_as_sni_logs_nothing() {
+    let openssl = std::path::Path::new("/usr/bin/openssl");
+    assert!(
+        openssl.exists(),
+        "this test needs the openssl command line: apt-get install openssl (.ci/run does)"
+    );
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let g = Gearlb::start(
+        dir.path(),
+        &tls_config(
+            dir.path(),
+            b.addr,
+            "cert = \"site.pem\"\nkey = \"site.key\"",
+        ),
+    );
+    let addr = tls_addr(&g);
+    let before = g.log_text().lines().count();
+    for _ in 0..5 {
+        let out = std::process::Command::new(openssl)
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                "127.0.0.1",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("BEGIN CERTIFICATE") || text.contains("Server certificate"),
+            "{text}"
+        );
+    }
+    // A plain request afterwards: its log line (if any) is the last thing logged.
+    assert_eq!(get(g.proxy, "/", &[]).await.unwrap().status, 200);
+    let log = g.log_text();
+    let added: Vec<&str> = log.lines().skip(before).collect();
+    assert!(
+        added
+            .iter()
+            .all(|l| !l.contains("SNI") && !l.contains("WARN")),
+        "{added:#?}"
+    );
+}
