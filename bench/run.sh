@@ -926,7 +926,7 @@ scenario_idle_memory() {
 
 SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted"
 SCENARIO_COLS[instructions]="requests instr/req errors"
-SCENARIO_TARGETS[instructions]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_TARGETS[instructions]="gearlb gearlb-alt haproxy-close haproxy-reuse"
 SCENARIO_METRIC[instructions]="instr/req"
 SCENARIO_BETTER[instructions]=lower
 scenario_instructions() {
