@@ -424,18 +424,21 @@ fn certificate(dir: &Path) -> (PathBuf, PathBuf, rustls::pki_types::CertificateD
     (cert, key, ck.cert.der().clone())
 }
 
-fn balancer_config(dir: &Path, id: &str, cert: &Path, key: &Path) -> String {
+/// `seeds`: `cluster.peers`, gossip addresses to start from (`set-peers` follows).
+fn balancer_config(dir: &Path, id: &str, cert: &Path, key: &Path, seeds: &[SocketAddr]) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
         "[listen]\nproxy = \"127.0.0.1:0\"\nstatus = \"127.0.0.1:0\"\ntls = \"127.0.0.1:0\"\n\
          [tls]\ncert = \"{}\"\nkey = \"{}\"\n\
          [control]\nsocket = \"{}\"\n[state]\ndir = \"{}\"\n\
          [cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\n\
-         secret = \"{SECRET}\"\ngossip_interval = \"100ms\"\n\
+         secret = \"{SECRET}\"\ngossip_interval = \"100ms\"\npeers = [{}]\n\
          [health]\ninterval = \"300ms\"\n[sticky]\nseal = true\n[log]\nrequests = true\n",
         cert.display(),
         key.display(),
         dir.join("control.sock").display(),
         dir.join("data").display(),
+        seeds.join(", "),
     )
 }
 
@@ -607,14 +610,14 @@ async fn packaged_binary_runs_with_every_syscall_after_linux_3_10_refused() {
         &st,
         "lb1",
         da.path(),
-        &balancer_config(da.path(), "lb1", &cert, &key),
+        &balancer_config(da.path(), "lb1", &cert, &key, &[]),
     )
     .await;
     let mut b = Balancer::start(
         &st,
         "lb2",
         db.path(),
-        &balancer_config(db.path(), "lb2", &cert, &key),
+        &balancer_config(db.path(), "lb2", &cert, &key, &[a.gossip]),
     )
     .await;
     let peers = format!("'lb1'='lb1|{}' 'lb2'='lb2|{}'", a.gossip, b.gossip);
@@ -861,8 +864,9 @@ fn audit_report(
          `x86_64-unknown-linux-gnu.2.17`) ran under `strace -f -n` with \
          `-e inject=<every call numbered above {LAST_310_SYSCALL}>:error=ENOSYS`, the answer \
          of Linux 3.10, which has no call numbered above {LAST_310_SYSCALL} (finit_module, \
-         3.8). It ran two balancers gossiping over TCP (HMAC secret, `cluster.peers` set \
-         with `set-peers`), two web gears given with `update-cluster`, health checks, \
+         3.8). It ran two balancers gossiping over TCP (HMAC secret; the second seeded with \
+         the first in `cluster.peers`, both then given the membership with `set-peers`), \
+         two web gears given with `update-cluster`, health checks, \
          HTTP and TLS proxying with sealed sticky cookies, a 1 MiB upload and a 4 MiB \
          download through each balancer, the status page, CSV, JSON and metrics, `gearlb ctl` \
          (status, peers, reload, rotate-out and rotate-in), `gearlb check` on a good and a \
