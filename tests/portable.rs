@@ -304,7 +304,13 @@ struct Balancer {
 }
 
 impl Balancer {
-    async fn start(st: &Strace, name: &str, dir: &Path, config: &str) -> Balancer {
+    async fn start(
+        st: &Strace,
+        name: &str,
+        dir: &Path,
+        config: &str,
+        env: &[(String, String)],
+    ) -> Balancer {
         let cfg = dir.join("gearlb.toml");
         std::fs::write(&cfg, config).unwrap();
         let mut strace = st
@@ -312,6 +318,7 @@ impl Balancer {
             .args(["run", "--config"])
             .arg(&cfg)
             .current_dir(dir)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("GEARLB_LOG", "info")
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
@@ -424,8 +431,16 @@ fn certificate(dir: &Path) -> (PathBuf, PathBuf, rustls::pki_types::CertificateD
     (cert, key, ck.cert.der().clone())
 }
 
-/// `seeds`: `cluster.peers`, gossip addresses to start from (`set-peers` follows).
-fn balancer_config(dir: &Path, id: &str, cert: &Path, key: &Path, seeds: &[SocketAddr]) -> String {
+/// `seeds`: `cluster.peers`, gossip addresses to start from (`set-peers` follows);
+/// `broker_ca`: the test broker's CA (automatic scaling off; `ctl scale up` asks).
+fn balancer_config(
+    dir: &Path,
+    id: &str,
+    cert: &Path,
+    key: &Path,
+    seeds: &[SocketAddr],
+    broker_ca: &Path,
+) -> String {
     let seeds: Vec<String> = seeds.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
         "[listen]\nproxy = \"127.0.0.1:0\"\nstatus = \"127.0.0.1:0\"\ntls = \"127.0.0.1:0\"\n\
@@ -433,12 +448,14 @@ fn balancer_config(dir: &Path, id: &str, cert: &Path, key: &Path, seeds: &[Socke
          [control]\nsocket = \"{}\"\n[state]\ndir = \"{}\"\n\
          [cluster]\nnode_id = \"{id}\"\nid = \"app1\"\nlisten = \"127.0.0.1:0\"\n\
          secret = \"{SECRET}\"\ngossip_interval = \"100ms\"\npeers = [{}]\n\
-         [health]\ninterval = \"300ms\"\n[sticky]\nseal = true\n[log]\nrequests = true\n",
+         [health]\ninterval = \"300ms\"\n[sticky]\nseal = true\n[log]\nrequests = true\n\
+         [scaler]\nenabled = false\nbroker_ca = \"{}\"\n",
         cert.display(),
         key.display(),
         dir.join("control.sock").display(),
         dir.join("data").display(),
         seeds.join(", "),
+        broker_ca.display(),
     )
 }
 
@@ -601,23 +618,37 @@ async fn packaged_binary_runs_with_every_syscall_after_linux_3_10_refused() {
         n: Mutex::new(0),
     };
 
-    // Two web gears, two balancers gossiping over TCP, HTTPS, sealed sticky cookies.
+    // Two web gears, two balancers gossiping over TCP, HTTPS, sealed sticky cookies, and
+    // a broker over HTTPS, reached by name (`localhost`: a host-name lookup).
     let g1 = TestBackend::start("g1").await;
     let g2 = TestBackend::start("g2").await;
+    let broker = TestBroker::start(2, 10).await;
     let (da, db) = (workdir(), workdir());
     let (cert, key, cert_der) = certificate(da.path());
+    let gear_env = |dir: &Path| {
+        let mut env = broker.gear_env(&dir.join("home"));
+        for (k, v) in env.iter_mut() {
+            if k == "OPENSHIFT_BROKER_HOST" {
+                *v = format!("localhost:{}", broker.addr.port());
+            }
+        }
+        env
+    };
+    let ca = &broker.ca_file;
     let mut a = Balancer::start(
         &st,
         "lb1",
         da.path(),
-        &balancer_config(da.path(), "lb1", &cert, &key, &[]),
+        &balancer_config(da.path(), "lb1", &cert, &key, &[], ca),
+        &gear_env(da.path()),
     )
     .await;
     let mut b = Balancer::start(
         &st,
         "lb2",
         db.path(),
-        &balancer_config(db.path(), "lb2", &cert, &key, &[a.gossip]),
+        &balancer_config(db.path(), "lb2", &cert, &key, &[a.gossip], ca),
+        &gear_env(db.path()),
     )
     .await;
     let peers = format!("'lb1'='lb1|{}' 'lb2'='lb2|{}'", a.gossip, b.gossip);
@@ -731,10 +762,16 @@ async fn packaged_binary_runs_with_every_syscall_after_linux_3_10_refused() {
             "20s",
         ][..],
         &["ctl", "--socket", sock, "rotate-in", "g1-ns"][..],
+        &["ctl", "--socket", sock, "scale", "up"][..],
     ] {
         let (code, out, err) = st.run("ctl", args);
         assert_eq!(code, 0, "{args:?}: {out}{err}");
     }
+    assert_eq!(
+        broker.events(),
+        [("scale-up".to_string(), "lb1".to_string())],
+        "the broker's events"
+    );
     let cfg = da.path().join("gearlb.toml");
     let (code, out, err) = st.run("check", &["check", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
@@ -869,7 +906,8 @@ fn audit_report(
          two web gears given with `update-cluster`, health checks, \
          HTTP and TLS proxying with sealed sticky cookies, a 1 MiB upload and a 4 MiB \
          download through each balancer, the status page, CSV, JSON and metrics, `gearlb ctl` \
-         (status, peers, reload, rotate-out and rotate-in), `gearlb check` on a good and a \
+         (status, peers, reload, rotate-out and rotate-in, and `scale up`, a call to a test \
+         broker over HTTPS by host name), `gearlb check` on a good and a \
          broken configuration, and a graceful SIGTERM stop of both (exit 0). Everything \
          worked; every call shown below is what those processes made ({:.0} s under \
          strace).\n\n",
