@@ -944,7 +944,10 @@ fn audit_report(
         "On this host the binary uses the host's glibc (2.36), which itself tries newer calls \
          (clone3, rseq, ...) and falls back; on RHEL 7, glibc 2.17 never makes them. The \
          calls gearlb's own code makes directly (Rust std, mimalloc, the getrandom crate) \
-         are the ones that matter there, and they fall back the same way.\n\n",
+         are the ones that matter there, and they fall back the same way. Calls served by \
+         the vDSO (clock_gettime, also with CLOCK_MONOTONIC_COARSE, gettimeofday, time, \
+         getcpu: all in 3.10's x86-64 vDSO) do not enter the kernel and are not in strace's \
+         log.\n\n",
     );
     r.push_str("## glibc\n\n```\n");
     r.push_str(&check);
