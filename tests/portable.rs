@@ -6,10 +6,12 @@
 //! - the cartridge holds every file of `cartridge/bin`, `hooks`, `metadata`, `cartridge/env`;
 //! - a real run under `strace -f` with ENOSYS injected into every system call newer than
 //!   Linux 3.10 (`cartridge/syscalls.tsv`), as 3.10 would answer: two gossiping balancers
-//!   with health checks, plain and TLS proxying, sticky sealed cookies, uploads and
-//!   downloads, the status listener, `gearlb ctl` and `gearlb check`, reload, rotate-out
-//!   and rotate-in, and a graceful SIGTERM stop with exit 0. Everything must still work,
-//!   and every post-3.10 call must have been answered ENOSYS and be documented.
+//!   (TCP, `cluster.peers`, `set-peers`) with health checks, plain and TLS proxying,
+//!   sticky sealed cookies, uploads and downloads, the status listener, `gearlb ctl` and
+//!   `gearlb check`, reload, rotate-out and rotate-in, a scale-up through an HTTPS broker
+//!   reached by name, and a graceful SIGTERM stop with exit 0. Everything must still work,
+//!   every post-3.10 call must have been answered ENOSYS and be documented, and a newer
+//!   flag on an older call must have been reviewed.
 //!
 //! The cartridge is `$GEARLB_CARTRIDGE` (`.ci/run` packages it once), else
 //! `cartridge/package.sh` builds it under `target/tmp` (minutes). The report of the
