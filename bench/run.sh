@@ -36,6 +36,9 @@
 #                  port 18080; not a default
 #   gearlb-noaff   gearlb with [proxy] connection_affinity = 0: every request chosen
 #                  afresh (its behaviour before 2026-11-22), port 18080; not a default
+#   gearlb-alt     gearlb's configuration run by another binary, GEARLB_ALT_BIN (e.g. the
+#                  packaged cartridge's bin/gearlb next to target/release/gearlb),
+#                  port 18080; not a default
 #   direct         straight to web1 (127.0.0.1:19001): the ceiling of this machine
 #
 # Scenarios (SCENARIOS, run in this order; targets alternate within each round):
@@ -111,6 +114,7 @@ HAPROXY_LAST_PORT=18093
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 GEARLB_BIN=${GEARLB_BIN:-$REPO/target/release/gearlb}
+GEARLB_ALT_BIN=${GEARLB_ALT_BIN:-} # the binary of target gearlb-alt
 OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 
 # ---- helpers --------------------------------------------------------------------
@@ -452,6 +456,13 @@ stop_gearlb-allfwd() { stop_gearlb; }
 start_gearlb-noaff() { GEARLB_AFFINITY=0 start_gearlb; }
 stop_gearlb-noaff() { stop_gearlb; }
 
+# start_gearlb-alt: the same as gearlb, from the binary GEARLB_ALT_BIN.
+start_gearlb-alt() {
+    [[ -x $GEARLB_ALT_BIN ]] || die "target gearlb-alt needs GEARLB_ALT_BIN=path to a gearlb binary"
+    GEARLB_BIN=$GEARLB_ALT_BIN start_gearlb
+}
+stop_gearlb-alt() { stop_gearlb; }
+
 start_gearlb() {
     local dir=$TMP/gearlb
     rm -rf "$dir"
@@ -607,7 +618,7 @@ stop_direct() { :; }
 
 target_url() {
     case $1 in
-    gearlb | gearlb-allfwd | gearlb-noaff) echo "http://127.0.0.1:$GEARLB_PORT" ;;
+    gearlb | gearlb-allfwd | gearlb-noaff | gearlb-alt) echo "http://127.0.0.1:$GEARLB_PORT" ;;
     haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
     haproxy-reuse) echo "http://127.0.0.1:$HAPROXY_REUSE_PORT" ;;
     haproxy-fwd) echo "http://127.0.0.1:$HAPROXY_FWD_PORT" ;;
@@ -620,7 +631,7 @@ target_url() {
 # target_pid NAME: the process whose memory is the target's.
 target_pid() {
     case $1 in
-    gearlb | gearlb-allfwd | gearlb-noaff) echo "$GEARLB_PID" ;;
+    gearlb | gearlb-allfwd | gearlb-noaff | gearlb-alt) echo "$GEARLB_PID" ;;
     haproxy-*) echo "$HAPROXY_PID" ;;
     *) echo "" ;;
     esac
@@ -915,7 +926,7 @@ scenario_idle_memory() {
 
 SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted"
 SCENARIO_COLS[instructions]="requests instr/req errors"
-SCENARIO_TARGETS[instructions]="gearlb haproxy-close haproxy-reuse"
+SCENARIO_TARGETS[instructions]="gearlb gearlb-alt haproxy-close haproxy-reuse"
 SCENARIO_METRIC[instructions]="instr/req"
 SCENARIO_BETTER[instructions]=lower
 scenario_instructions() {
@@ -1031,6 +1042,9 @@ print_header() {
     echo "load:      before: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "wake-ups:  ${WAKEUPS:-not measured} (lateness of an idle CPU's wake-up)"
     echo "gearlb:    $(gearlb_revision)"
+    if [[ " ${TARGETS[*]} " == *" gearlb-alt "* ]]; then
+        echo "gearlb-alt: $GEARLB_ALT_BIN ($("$GEARLB_ALT_BIN" --version 2>/dev/null || echo "gearlb ?"), $(stat -c %s "$GEARLB_ALT_BIN") bytes, built $(date -r "$GEARLB_ALT_BIN" '+%Y-%m-%d %H:%M:%S'))"
+    fi
     [[ -z $HAPROXY_BIN ]] || echo "haproxy:   $("$HAPROXY_BIN" -v 2>&1 | awk 'NR == 1 { print $3 }')"
     echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
     echo "wrk:       $({ wrk --version 2>&1 || true; } | awk 'NR == 1 { print $1, $2 }')"
