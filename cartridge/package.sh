@@ -1,5 +1,5 @@
 #!/bin/bash
-# Assemble an installable cartridge directory: bin/ hooks/ metadata/ env/ plus the gearlb
+# Assemble an installable cartridge directory: bin/ hooks/ metadata/ env/ usr/ plus the gearlb
 # binary as bin/gearlb. Usage: bash cartridge/package.sh OUT_DIR
 #
 # The binary is built to run on the oldest node gearlb targets, RHEL/CentOS 7 (glibc 2.17,
@@ -50,13 +50,15 @@ fi
 # Only the directories this script fills are replaced, so that no file removed from the
 # source tree survives in a re-used OUT_DIR.
 mkdir -p "$out"
-rm -rf "${out:?}/bin" "${out:?}/hooks" "${out:?}/metadata" "${out:?}/env"
-mkdir -p "$out/bin" "$out/hooks" "$out/metadata" "$out/env"
+rm -rf "${out:?}/bin" "${out:?}/hooks" "${out:?}/metadata" "${out:?}/env" "${out:?}/usr"
+mkdir -p "$out/bin" "$out/hooks" "$out/metadata" "$out/env" "$out/usr"
 # Every file of each directory (hidden ones too), whatever they are called.
 cp -pR "$root"/cartridge/bin/. "$out/bin/"
 cp -pR "$root"/hooks/. "$out/hooks/"
 cp -pR "$root"/metadata/. "$out/metadata/"
 cp -pR "$root"/cartridge/env/. "$out/env/"
+# usr/bin: the old cartridge's add-gear and remove-gear, for copies of its autoscaler.
+cp -pR "$root"/cartridge/usr/. "$out/usr/"
 cp "$bin" "$out/bin/gearlb"
-find "$out/bin" "$out/hooks" -type f -exec chmod 0755 {} +
+find "$out/bin" "$out/hooks" "$out/usr/bin" -type f -exec chmod 0755 {} +
 echo "cartridge assembled in $(cd "$out" && pwd)"

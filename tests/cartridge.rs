@@ -133,6 +133,16 @@ impl Gear {
         )
     }
 
+    /// Run any executable with the gear's environment.
+    fn run_path(&self, path: &Path, args: &[&str]) -> (i32, String, String) {
+        let rel = path
+            .strip_prefix(self.cart())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        self.run(&rel, args)
+    }
+
     fn control(&self, args: &[&str]) -> (i32, String, String) {
         self.run("bin/control", args)
     }
@@ -355,6 +365,24 @@ async fn a_full_life_as_the_node_platform_drives_it() {
         broker.events()[0],
         ("scale-up".to_string(), "bbbb2222".to_string())
     );
+
+    // A copy of the old autoscaler (haproxy_ctld.rb) scales through the old
+    // cartridge's command: `$OPENSHIFT_HAPROXY_DIR/usr/bin/add-gear -n NS -a APP -u UUID`.
+    let haproxy_dir = std::fs::read_to_string(a.cart().join("env/OPENSHIFT_HAPROXY_DIR.erb"))
+        .unwrap()
+        .replace(
+            "<%= ENV['OPENSHIFT_GEARLB_DIR'] %>",
+            &a.cart().display().to_string(),
+        );
+    let before = broker.events().len();
+    let (code, out, err) = a.run_path(
+        &Path::new(haproxy_dir.trim()).join("usr/bin/add-gear"),
+        &["-n", "ns", "-a", "app", "-u", &a.uuid],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let events = broker.events();
+    assert_eq!(events.len(), before + 1, "{events:?}");
+    assert_eq!(events[before].0, "scale-up");
 
     // The broker's new gear arrives by update-cluster.
     let w4 = TestBackend::start_on("w4", "127.0.0.24:0".parse().unwrap()).await;

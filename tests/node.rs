@@ -697,12 +697,11 @@ async fn the_cartridge_as_origin_servers_node_drives_it() {
             assert!(ws.next().await.unwrap().unwrap().is_text());
             sockets.push(ws);
         }
+        // Where haproxy_ctld.rb looks: `$OPENSHIFT_HAPROXY_DIR/run/stats`.
         let backend_scur = |g: &Gear| -> u64 {
+            let dir = g.for_gear()["OPENSHIFT_HAPROXY_DIR"].clone();
             let out = Command::new("socat")
-                .args([
-                    "stdio",
-                    &format!("unix-connect:{}", g.cart().join("run/stats").display()),
-                ])
+                .args(["stdio", &format!("unix-connect:{dir}run/stats")])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
