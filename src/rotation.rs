@@ -97,6 +97,52 @@ pub struct Ack {
     pub forced: u64,
 }
 
+/// Where one rotation stands, as the balancer waiting for it sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Balancers that acknowledged the epoch in its final state (drained, or active
+    /// again for a rotate-in), sorted.
+    pub acked: Vec<String>,
+    /// Live balancers that did not yet, sorted.
+    pub pending: Vec<String>,
+    /// Requests and tunnels still open to the gear, summed over the balancers
+    /// acknowledging this epoch.
+    pub inflight: u64,
+    /// Requests and tunnels cut at the deadline, by balancer.
+    pub forced: BTreeMap<String, u64>,
+}
+
+/// The progress of the op `epoch` (whose final state is `done`) from this balancer's
+/// own acknowledgment and those of the live peers (pure). Acknowledgments of another
+/// epoch count as none.
+pub fn progress<'a>(
+    self_id: &'a str,
+    own: Option<&'a Ack>,
+    live_peers: impl IntoIterator<Item = (&'a str, Option<&'a Ack>)>,
+    epoch: &str,
+    done: AckState,
+) -> Progress {
+    let mut p = Progress::default();
+    let all = std::iter::once((self_id, own)).chain(live_peers);
+    let mut seen: BTreeMap<&str, Option<&Ack>> = BTreeMap::new();
+    for (id, ack) in all {
+        seen.entry(id).or_insert(ack);
+    }
+    for (id, ack) in seen {
+        let current = ack.filter(|a| a.epoch == epoch);
+        if let Some(a) = current {
+            p.inflight += a.inflight;
+            p.forced.insert(id.to_string(), a.forced);
+        }
+        if current.is_some_and(|a| a.state == done) {
+            p.acked.push(id.to_string());
+        } else {
+            p.pending.push(id.to_string());
+        }
+    }
+    p
+}
+
 /// Hybrid logical clock: wall-clock microseconds, never going backwards and always
 /// past every timestamp seen.
 #[derive(Debug, Default)]

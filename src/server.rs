@@ -1000,34 +1000,22 @@ impl App {
                 }
             }
             let view = self.cluster_view();
-            let mut acks: BTreeMap<String, Option<rotation::Ack>> = BTreeMap::new();
-            acks.insert(
-                self.self_id.clone(),
-                self.rotations.acks().get(&label).cloned(),
+            let own = self.rotations.acks().get(&label).cloned();
+            let rotation::Progress {
+                acked,
+                pending,
+                inflight,
+                forced,
+            } = rotation::progress(
+                &self.self_id,
+                own.as_ref(),
+                view.peers.iter().filter(|p| p.live).filter_map(|p| {
+                    let id = p.id.as_deref()?;
+                    Some((id, view.acks.get(id).and_then(|m| m.get(&label))))
+                }),
+                &epoch,
+                done_state,
             );
-            for peer in view.peers.iter().filter(|p| p.live) {
-                if let Some(id) = &peer.id {
-                    let a = view.acks.get(id).and_then(|m| m.get(&label)).cloned();
-                    acks.insert(id.clone(), a);
-                }
-            }
-            let current =
-                |a: &Option<rotation::Ack>| a.as_ref().filter(|a| a.epoch == epoch).cloned();
-            let acked: Vec<String> = acks
-                .iter()
-                .filter(|(_, a)| current(a).is_some_and(|a| a.state == done_state))
-                .map(|(id, _)| id.clone())
-                .collect();
-            let pending: Vec<String> = acks
-                .keys()
-                .filter(|id| !acked.contains(id))
-                .cloned()
-                .collect();
-            let inflight: u64 = acks.values().filter_map(current).map(|a| a.inflight).sum();
-            let forced: BTreeMap<String, u64> = acks
-                .iter()
-                .filter_map(|(id, a)| current(a).map(|a| (id.clone(), a.forced)))
-                .collect();
             let superseded = self
                 .rotations
                 .ops()
@@ -1038,7 +1026,7 @@ impl App {
             let line = format!(
                 "{verb} {label}: acks {}/{}, in flight {inflight}, time left {}s",
                 acked.len(),
-                acks.len(),
+                acked.len() + pending.len(),
                 match op {
                     Op::Out => timeout.saturating_sub(started.elapsed()).as_secs(),
                     Op::In => left.as_secs(),

@@ -373,6 +373,25 @@ pub struct Cluster {
     stats: Arc<GossipStats>,
 }
 
+/// What a cluster node needs besides its transport (see [`Cluster::start_on`]).
+#[derive(Clone, Debug)]
+pub struct NodeSettings {
+    /// This balancer's id (`cluster.node_id`).
+    pub self_id: String,
+    /// The application (`cluster.id`): nodes of other clusters are refused.
+    pub cluster_id: String,
+    /// Time between gossip rounds.
+    pub gossip_interval: std::time::Duration,
+    /// Where peers reach this node.
+    pub advertise: SocketAddr,
+    /// The address the transport listens on (chitchat's `listen_addr`).
+    pub listen: SocketAddr,
+    /// Incarnation: grows with every start.
+    pub generation: u64,
+    /// The gear name, for people.
+    pub name: Option<String>,
+}
+
 impl Cluster {
     /// Bind the gossip listener and start chitchat. `listen` is `cluster.listen`, or
     /// the proxy listener's address with the `http` transport. `known` is the persisted
@@ -403,7 +422,6 @@ impl Cluster {
         .map_err(|e| {
             anyhow::anyhow!("cannot listen for gossip on {listen} (cluster.listen): {e}")
         })?;
-        let advertise = transport.advertise_addr();
         let upgrade = transport
             .upgrade_endpoint()
             .map(|u| u as Arc<dyn crate::proxy::UpgradeEndpoint>);
@@ -411,20 +429,51 @@ impl Cluster {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
+        let settings = NodeSettings {
+            self_id,
+            cluster_id: cfg.id.clone(),
+            gossip_interval: cfg.gossip_interval,
+            advertise: transport.advertise_addr(),
+            listen: transport.local_addr(),
+            generation,
+            name,
+        };
+        let cluster = Self::start_on(&transport, settings, known, stats, upgrade).await?;
+        info!(node = %cluster.self_id, gossip = %cluster.advertise, transport = cfg.transport.as_str(), peers = cluster.known().len(), "gossip started");
+        Ok(cluster)
+    }
+
+    /// Start chitchat on any transport (the authenticated one in [`Cluster::start`];
+    /// an in-memory one in the simulator, [`crate::sim`]).
+    pub async fn start_on(
+        transport: &dyn chitchat::transport::Transport,
+        settings: NodeSettings,
+        known: Vec<PeerSpec>,
+        stats: Arc<GossipStats>,
+        upgrade: Option<Arc<dyn crate::proxy::UpgradeEndpoint>>,
+    ) -> anyhow::Result<Arc<Cluster>> {
+        let NodeSettings {
+            self_id,
+            cluster_id,
+            gossip_interval,
+            advertise,
+            listen,
+            generation,
+            name,
+        } = settings;
         let config = chitchat_config(
             ChitchatId::new(self_id.clone(), generation, advertise),
-            &cfg.id,
-            cfg.gossip_interval,
-            transport.local_addr(),
+            &cluster_id,
+            gossip_interval,
+            listen,
             known.iter().map(|p| p.addr.to_string()).collect(),
         );
         let mut initial = vec![("ready".to_string(), "1".to_string())];
         if let Some(n) = name {
             initial.push(("name".to_string(), n));
         }
-        let handle = spawn_chitchat(config, initial, &transport).await?;
+        let handle = spawn_chitchat(config, initial, transport).await?;
         let view = build_view(&self_id, advertise, &known, &[], stats.read());
-        info!(node = %self_id, gossip = %advertise, transport = cfg.transport.as_str(), peers = known.len(), "gossip started");
         Ok(Arc::new(Cluster {
             handle,
             upgrade,

@@ -1,0 +1,81 @@
+//! The cluster simulator in CI: a small cluster of balancers running the real cluster,
+//! rotation and scaler code in one process on virtual time (`gearlb::sim`). The big
+//! configurations run from `bench/cluster_sim.sh` (results in `bench/CLUSTER.md`).
+
+use std::time::Duration;
+
+use gearlb::rotation::Op;
+use gearlb::sim::{Sim, SimConfig};
+
+fn config(m: usize, n: usize, coverage: u32) -> SimConfig {
+    SimConfig {
+        m,
+        n,
+        coverage,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_cluster_converges_rotates_and_fails_over() {
+    let mut sim = Sim::start(config(5, 60, 40)).await.unwrap();
+    let took = sim
+        .wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("every balancer sees every other live");
+    assert!(took < Duration::from_secs(3), "converged after {took:?}");
+
+    // Subsets: every gear covered, evenly.
+    let covered = sim
+        .wait_until(Duration::from_secs(5), |s| {
+            let mut per_gear = std::collections::HashMap::new();
+            for i in s.running() {
+                for e in s.nodes[i].router.snapshot().entries() {
+                    *per_gear.entry(e.backend.sticky.clone()).or_insert(0) +=
+                        usize::from(e.in_subset);
+                }
+            }
+            let min = per_gear.values().min().copied().unwrap_or(0);
+            let max = per_gear.values().max().copied().unwrap_or(0);
+            min >= 1 && max - min <= 1
+        })
+        .await;
+    assert!(covered.is_some(), "subsets do not cover every gear evenly");
+
+    // Rotate-outs from every balancer: acknowledged by all five.
+    for origin in 0..5 {
+        let gear = sim.labels[origin * 7].clone();
+        let out = sim
+            .rotate(origin, &gear, Op::Out, Duration::from_secs(10))
+            .await;
+        assert!(
+            out.ok,
+            "rotate-out from {origin}: pending {:?}",
+            out.pending
+        );
+        assert_eq!(out.acked, 5);
+        assert!(
+            out.took < Duration::from_secs(1),
+            "rotate-out took {:?}",
+            out.took
+        );
+        let back = sim
+            .rotate(origin, &gear, Op::In, Duration::from_secs(10))
+            .await;
+        assert!(back.ok);
+    }
+    assert!(sim.deaths().is_empty(), "false deaths: {:?}", sim.deaths());
+
+    // One scaler; when it crashes another takes over.
+    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+        .await
+        .expect("one acting scaler");
+    let victim = sim.acting()[0];
+    sim.crash(victim).await;
+    let took = sim
+        .wait_until(Duration::from_secs(20), |s| s.acting().len() == 1)
+        .await
+        .expect("another scaler takes over");
+    assert!(took < Duration::from_secs(10), "failover took {took:?}");
+    sim.shutdown().await;
+}
