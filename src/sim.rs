@@ -601,6 +601,42 @@ impl Sim {
         Ok(i)
     }
 
+    /// What the health checks of the balancers covering `label` find: set its health on
+    /// every running balancer that has it in its subset (the others learn it by
+    /// gossip). Returns how many balancers cover it.
+    pub fn set_health_where_covered(&self, label: &str, up: bool) -> usize {
+        let mut covering = 0;
+        for i in self.running() {
+            let router = &self.nodes[i].router;
+            let table = router.snapshot();
+            if let Some(e) = table
+                .entries()
+                .iter()
+                .find(|e| e.backend.sticky == label && e.in_subset)
+            {
+                router.set_health(&e.backend, up);
+                covering += 1;
+            }
+        }
+        covering
+    }
+
+    /// The health every running balancer's routing table gives `label`.
+    pub fn health_everywhere(&self, label: &str) -> Vec<bool> {
+        self.running()
+            .into_iter()
+            .filter_map(|i| {
+                let table = self.nodes[i].router.snapshot();
+                let up = table
+                    .entries()
+                    .iter()
+                    .find(|e| e.backend.sticky == label)
+                    .map(|e| e.up);
+                up
+            })
+            .collect()
+    }
+
     /// Crash balancer `i` (as kill -9): it stops at once and says nothing.
     pub async fn crash(&mut self, i: usize) {
         self.net.crash(self.nodes[i].addr);

@@ -79,3 +79,36 @@ async fn a_small_cluster_converges_rotates_and_fails_over() {
     assert!(took < Duration::from_secs(10), "failover took {took:?}");
     sim.shutdown().await;
 }
+
+/// Only the balancers covering a gear check it; the others take its health from their
+/// reports (gears found down, relative to a subset epoch), down and back up.
+#[tokio::test(start_paused = true)]
+async fn health_found_by_covering_balancers_reaches_the_others() {
+    let sim = Sim::start(config(5, 60, 20)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    // Let every balancer compute its subset.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for gear in [sim.labels[3].clone(), sim.labels[40].clone()] {
+        let covering = sim.set_health_where_covered(&gear, false);
+        assert!(
+            (1..5).contains(&covering),
+            "{covering} balancers cover {gear}"
+        );
+        let down = sim
+            .wait_until(Duration::from_secs(5), |s| {
+                s.health_everywhere(&gear).iter().all(|up| !up)
+            })
+            .await;
+        assert!(down.is_some(), "{:?}", sim.health_everywhere(&gear));
+        sim.set_health_where_covered(&gear, true);
+        let up = sim
+            .wait_until(Duration::from_secs(5), |s| {
+                s.health_everywhere(&gear).iter().all(|up| *up)
+            })
+            .await;
+        assert!(up.is_some(), "{:?}", sim.health_everywhere(&gear));
+    }
+    sim.shutdown().await;
+}

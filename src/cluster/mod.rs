@@ -7,19 +7,16 @@
 //! live, their load, and the gear health each reports. The request path never touches
 //! chitchat; it reads the routing table, which [`sync`] keeps in step with the view.
 //!
-//! # Key schema (each node writes only its own keys; values are small)
-//!
-//! | key      | value                                                               |
-//! |----------|---------------------------------------------------------------------|
-//! | `ready`  | `1` while serving; `0` when stopping (peers drop it at once)         |
-//! | `name`   | the gear name, for people                                            |
-//! | `load`   | JSON `{"s":sessions,"a":avg sessions,"r":requests/s,"f":in flight}`  |
-//! | `health` | JSON `{"<gear label>":true\|false,…}` for the gears this node covers  |
-//!
-//! `load` is published once a second; `health` when it changes. Liveness is chitchat's
-//! failure detector, tuned so a dead peer is noticed in about ten gossip intervals
-//! (`initial_interval` = gossip interval, as the anchors note recommends), plus `ready`.
+//! Each node writes only its own keys; [`keys`] is the schema. No value grows with the
+//! number of gears (chitchat cannot send a value larger than one message, and such a
+//! value would stop every later key of its node): gear health is published by
+//! exception, in buckets, relative to a subset epoch; rotations and acknowledgments
+//! have one key per gear. `load` is published once a second, health when it changes.
+//! Liveness is chitchat's failure detector, tuned so a dead peer is noticed in about
+//! ten gossip intervals (`initial_interval` = gossip interval, as the anchors note
+//! recommends), plus `ready`.
 
+pub mod keys;
 pub mod sync;
 pub mod transport;
 
@@ -95,9 +92,10 @@ pub struct ClusterView {
     /// Balancers the broker lists (this one included): the quorum base.
     pub known_count: usize,
     pub gossip: GossipCounters,
-    /// Gear health reported by each live peer: peer id → gear label → up.
+    /// Gear health reported by each live peer (peer id → its report): the gears it
+    /// found down among those it covers, and the subset epoch that says which.
     #[serde(skip)]
-    pub reports: HashMap<String, HashMap<String, bool>>,
+    pub reports: HashMap<String, keys::HealthReport>,
     /// Rotation ops the live peers publish (`rot:` keys).
     #[serde(skip)]
     pub rotations: Vec<crate::rotation::RotationOp>,
@@ -124,19 +122,27 @@ impl ClusterView {
         }
     }
 
-    /// Merged health of a gear from the peers covering it: up if any says up, down if
-    /// all that report it say down, unknown if none reports it.
-    pub fn remote_health(&self, label: &str) -> Option<bool> {
+    /// Merged health of a gear outside this balancer's subset, from the peers'
+    /// reports: up if a peer covering it (one whose subset epoch is `epoch`, this
+    /// balancer's own, so that `covers` says what it covers) does not report it down;
+    /// else down if some peer reports it down; else unknown. A peer whose epoch differs
+    /// computed other subsets: its silence says nothing, only its reports of gears
+    /// down do.
+    pub fn remote_health(
+        &self,
+        label: &str,
+        epoch: &str,
+        covers: impl Fn(&str, &str) -> bool,
+    ) -> Option<bool> {
         let mut seen = None;
         for (peer, report) in &self.reports {
             if peer == &self.self_id {
                 continue;
             }
-            if let Some(&up) = report.get(label) {
-                if up {
-                    return Some(true);
-                }
+            if report.down.contains(label) {
                 seen = Some(false);
+            } else if report.epoch.as_deref() == Some(epoch) && covers(peer, label) {
+                return Some(true);
             }
         }
         seen
@@ -272,9 +278,10 @@ pub fn build_view(
         .values()
         .filter(|m| counts(m) && m.id != self_id)
         .filter_map(|m| {
-            let h = m.keys.get("health")?;
-            let map: HashMap<String, bool> = serde_json::from_str(h).ok()?;
-            Some((m.id.clone(), map))
+            let r = keys::HealthReport::from_keys(
+                m.keys.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            )?;
+            Some((m.id.clone(), r))
         })
         .collect();
     let counted: Vec<&&Member> = by_id
@@ -834,15 +841,101 @@ mod tests {
 
     #[test]
     fn newest_incarnation_wins_and_health_merges() {
-        let mut old = member("b", 2, &[("health", r#"{"g1":false}"#)]);
+        let mut old = member("b", 2, &[("hs", "e1"), ("hd:00", r#"["g1"]"#)]);
         old.generation = 1;
-        let mut new = member("b", 2, &[("health", r#"{"g1":true,"g2":false}"#)]);
+        let mut new = member("b", 2, &[("hs", "e1"), ("hd:00", r#"["g2"]"#)]);
         new.generation = 2;
-        let c = member("c", 3, &[("health", r#"{"g2":false,"g3":false}"#)]);
+        let c = member("c", 3, &[("hs", "e0"), ("hd:00", r#"["g2","g3"]"#)]);
         let v = build_view("a", me(), &[], &[old, new, c], Default::default());
-        assert_eq!(v.remote_health("g1"), Some(true));
-        assert_eq!(v.remote_health("g2"), Some(false));
-        assert_eq!(v.remote_health("g3"), Some(false));
-        assert_eq!(v.remote_health("g4"), None);
+        // b and a share epoch e1; b covers g1..g3, c covers g3 and g4 (in its own epoch).
+        let covers = |peer: &str, g: &str| match peer {
+            "b" => ["g1", "g2", "g3"].contains(&g),
+            _ => false,
+        };
+        assert_eq!(
+            v.remote_health("g1", "e1", covers),
+            Some(true),
+            "b's old report is gone"
+        );
+        assert_eq!(
+            v.remote_health("g2", "e1", covers),
+            Some(false),
+            "down for all"
+        );
+        assert_eq!(
+            v.remote_health("g3", "e1", covers),
+            Some(true),
+            "b covers it and says nothing"
+        );
+        assert_eq!(
+            v.remote_health("g4", "e1", covers),
+            None,
+            "nobody covers it"
+        );
+        // In another epoch b's silence is no evidence; explicit reports still are.
+        assert_eq!(v.remote_health("g1", "e9", covers), None);
+        assert_eq!(v.remote_health("g3", "e9", covers), Some(false));
+    }
+
+    /// The payload cliff: ten thousand gears down, with the platform's real name
+    /// lengths, are published in bounded values, and keys written after them still
+    /// reach a peer over chitchat's own transport with its 65 507-byte message limit.
+    #[tokio::test]
+    async fn ten_thousand_gears_down_and_a_later_key_propagate() {
+        let transport = chitchat::transport::ChannelTransport::with_mtu(65_507);
+        let addrs: [SocketAddr; 2] = [
+            "127.0.0.1:17101".parse().unwrap(),
+            "127.0.0.1:17102".parse().unwrap(),
+        ];
+        let mut handles = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = ChitchatId::new(format!("lb{i}"), 1, *addr);
+            let seeds = vec![addrs[1 - i].to_string()];
+            let cfg = chitchat_config(id, "app", Duration::from_millis(50), *addr, seeds);
+            handles.push(
+                spawn_chitchat(cfg, vec![("ready".into(), "1".into())], &transport)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let labels: Vec<String> = (0..10_000)
+            .map(|i| {
+                format!(
+                    "{:032x}-abcdefghijklmnop",
+                    (i as u128) * 0x9e37_79b9_7f4a_7c15
+                )
+            })
+            .collect();
+        let buckets = keys::down_buckets(labels.iter().map(String::as_str));
+        handles[0]
+            .with_chitchat(|c| {
+                let me = c.self_node_state();
+                me.set(keys::SUBSET_EPOCH, "e");
+                for (k, v) in &buckets {
+                    me.set(k, v);
+                }
+                me.set("ack:later", "after the big ones");
+            })
+            .await;
+        let sender = handles[0].chitchat_id().clone();
+        let t = tokio::time::Instant::now();
+        let report = loop {
+            let got = handles[1]
+                .with_chitchat(|c| {
+                    let ns = c.node_state(&sender)?;
+                    ns.get("ack:later")?;
+                    keys::HealthReport::from_keys(ns.key_values())
+                })
+                .await;
+            if let Some(r) = got {
+                break r;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "keys did not propagate"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(report.down.len(), 10_000);
     }
 }

@@ -77,6 +77,58 @@ pub fn assign<'a>(
         .collect()
 }
 
+/// Every live balancer's subset at once: what a balancer needs to know which gears a
+/// peer covers (and so reports the health of).
+#[derive(Clone, Debug, Default)]
+pub struct Assignment {
+    /// Balancer id → its rank.
+    ranks: std::collections::HashMap<String, usize>,
+    /// Gear → its ring index.
+    ring: std::collections::HashMap<String, usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Assignment {
+    pub fn new(balancers: &[&str], gears: &[&str], percent: u32) -> Self {
+        let mut bs: Vec<&str> = balancers.to_vec();
+        bs.sort_unstable();
+        bs.dedup();
+        let ring = ring(gears.iter().copied());
+        let k = subset_size(ring.len(), bs.len(), percent);
+        Assignment {
+            m: bs.len(),
+            n: ring.len(),
+            k,
+            ranks: bs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.to_string(), i))
+                .collect(),
+            ring: ring
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.to_string(), i))
+                .collect(),
+        }
+    }
+
+    /// Whether `balancer` covers `gear`.
+    pub fn covers(&self, balancer: &str, gear: &str) -> bool {
+        let (Some(&rank), Some(&idx)) = (self.ranks.get(balancer), self.ring.get(gear)) else {
+            return false;
+        };
+        let start = (rank * self.n).checked_div(self.m).unwrap_or(0);
+        (idx + self.n - start) % self.n.max(1) < self.k
+    }
+
+    /// Gears per balancer.
+    pub fn subset_size(&self) -> usize {
+        self.k
+    }
+}
+
 /// Rendezvous (highest-random-weight) subsets, for comparison in the simulation: each
 /// balancer takes the k gears with the highest hash of (balancer, gear).
 pub fn rendezvous<'a>(me: &str, gears: &[&'a str], k: usize) -> BTreeSet<&'a str> {
@@ -179,6 +231,25 @@ mod tests {
             let y = assign(b, &bs, &after, 20);
             let changed = x.symmetric_difference(&y).count();
             assert!(changed <= 4, "{b}: {changed} changes for one added gear");
+        }
+    }
+
+    #[test]
+    fn the_assignment_agrees_with_each_balancers_own_subset() {
+        let gn = names("g", 37);
+        let bn = names("lb", 5);
+        let gears: Vec<&str> = gn.iter().map(String::as_str).collect();
+        let bs: Vec<&str> = bn.iter().map(String::as_str).collect();
+        for percent in [10, 40, 100] {
+            let a = Assignment::new(&bs, &gears, percent);
+            for b in &bs {
+                let mine = assign(b, &bs, &gears, percent);
+                for g in &gears {
+                    assert_eq!(a.covers(b, g), mine.contains(g), "{b} {g} {percent}");
+                }
+            }
+            assert!(!a.covers("stranger", gears[0]));
+            assert!(!a.covers(bs[0], "no-such-gear"));
         }
     }
 
