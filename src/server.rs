@@ -762,7 +762,7 @@ impl App {
     pub fn cluster_view(&self) -> ClusterView {
         match &self.cluster {
             Some(c) => {
-                let mut view = (*c.view()).clone();
+                let mut view = (*c.view()).clone().with_loads();
                 view.gossip = c.gossip_counters();
                 view
             }
@@ -973,11 +973,17 @@ impl App {
             .cloned();
         let submitted = match joined {
             Some(o) => o,
-            None => self.rotations.submit(&label, op, &self.self_id, timeout),
+            None => {
+                let o = self.rotations.submit(&label, op, &self.self_id, timeout);
+                // The balancer that took the command hands its op to every live peer
+                // at once. Not on the node's path: the node asks every balancer itself,
+                // and M balancers each pushing to all would be M² messages.
+                if !node {
+                    self.rotations.fan_out(o.epoch());
+                }
+                o
+            }
         };
-        if let Some(c) = &self.cluster {
-            c.push_now();
-        }
         let mut epoch = submitted.epoch();
         let done_state = match op {
             Op::Out => AckState::Drained,
@@ -991,6 +997,8 @@ impl App {
         info!(gear = %label, epoch = %epoch, "{verb} started");
         let mut last_line = String::new();
         let mut self_done_at: Option<tokio::time::Instant> = None;
+        let mut views = self.cluster.as_ref().map(|c| c.subscribe());
+        let mut own_acks = self.rotations.subscribe_acks();
         let (acked, pending, inflight, forced, superseded) = loop {
             // Two balancers took the same command at once: the later op of the same
             // direction wins everywhere, and is the one to wait for.
@@ -999,7 +1007,10 @@ impl App {
                     epoch = o.epoch();
                 }
             }
-            let view = self.cluster_view();
+            let view = match &self.cluster {
+                Some(c) => c.view(),
+                None => Arc::new(ClusterView::single(&self.self_id)),
+            };
             let own = self.rotations.acks().get(&label).cloned();
             let rotation::Progress {
                 acked,
@@ -1046,7 +1057,18 @@ impl App {
             if pending.is_empty() || superseded.is_some() || left.is_zero() || peers_waited_enough {
                 break (acked, pending, inflight, forced, superseded);
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            // Wake on news (a peer's ack, our own, a change of the live set), or after
+            // a tenth of a second for the countdown.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = own_acks.changed() => {}
+                _ = async {
+                    match views.as_mut() {
+                        Some(v) => { let _ = v.changed().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+            }
         };
 
         let view = self.cluster_view();
@@ -1173,9 +1195,7 @@ impl App {
         }
         let timeout = self.config.lock().await.rotate.timeout;
         let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
-        if let Some(c) = &self.cluster {
-            c.push_now();
-        }
+        self.rotations.fan_out(submitted.epoch());
         info!(gear = %label, server, epoch = %submitted.epoch(), op = ?op, "rotation submitted (stats socket), not waiting for acknowledgments");
         Ok((label, true))
     }

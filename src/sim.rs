@@ -544,12 +544,14 @@ impl Sim {
         let submitted = node
             .rotations
             .submit(gear, op, &node.id, Duration::from_secs(120));
-        node.cluster.push_now();
+        node.rotations.fan_out(submitted.epoch());
         let epoch = submitted.epoch();
         let done = match op {
             Op::Out => AckState::Drained,
             Op::In => AckState::Active,
         };
+        let mut views = node.cluster.subscribe();
+        let mut acks = node.rotations.subscribe_acks();
         loop {
             let view = node.cluster.view();
             let own = node.rotations.acks().get(gear).cloned();
@@ -571,7 +573,11 @@ impl Sim {
                     pending: p.pending,
                 };
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = views.changed() => {}
+                _ = acks.changed() => {}
+            }
         }
     }
 

@@ -20,6 +20,7 @@
 //! | `rot:<gear>`  | the rotation op in force for the gear, JSON ([`crate::rotation`])  |
 //! | `ack:<gear>`  | this balancer's acknowledgment of it, JSON                          |
 //! | `scaler`      | who this balancer believes the scaler is                           |
+//! | `acts`        | `1` while this balancer acts as the scaler, else `0`               |
 //! | `scale`       | the last scale event this balancer made, JSON                       |
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -40,6 +41,7 @@ pub const DOWN_PREFIX: &str = "hd:";
 pub const ROTATION_PREFIX: &str = "rot:";
 pub const ACK_PREFIX: &str = "ack:";
 pub const SCALER: &str = "scaler";
+pub const ACTS: &str = "acts";
 pub const SCALE: &str = "scale";
 
 /// The down-report bucket of a gear.

@@ -8,7 +8,7 @@
 //! gears of its subset found down, in bounded buckets (`hd:`, see [`super::keys`]).
 //! It also publishes this balancer's `load` once a second.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +21,8 @@ use crate::routing::{subset, Router};
 use crate::stats::FrontendStats;
 
 /// What subsets and remote health are computed from: the live balancers, the routing
-/// table's generation, the coverage and the peers' health reports.
-type Inputs = (Vec<String>, u64, u32, HashMap<String, keys::HealthReport>);
+/// table's generation, the coverage and (the version of) the peers' health reports.
+type Inputs = (Vec<String>, u64, u32, u64);
 
 /// Run until `stop`.
 pub async fn run(
@@ -54,7 +54,7 @@ pub async fn run(
         let generation = *tables.borrow_and_update();
         let cov = coverage.load(Ordering::Relaxed);
         let unchanged = applied.as_ref().is_some_and(|(live, g, c, reports)| {
-            *live == view.live && *g == generation && *c == cov && *reports == view.reports
+            *live == view.live && *g == generation && *c == cov && *reports == view.versions.reports
         });
         if !unchanged {
             let table = router.snapshot();
@@ -117,7 +117,7 @@ pub async fn run(
                 view.live.clone(),
                 *tables.borrow_and_update(),
                 cov,
-                view.reports.clone(),
+                view.versions.reports,
             ));
         }
 

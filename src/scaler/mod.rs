@@ -352,14 +352,7 @@ impl Scaler {
                     }
                 }
             }
-            let sessions = own_load()
-                + view
-                    .peers
-                    .iter()
-                    .filter(|p| p.live)
-                    .filter_map(|p| p.load.as_ref())
-                    .map(|l| l.sessions_avg)
-                    .sum::<f64>();
+            let sessions = own_load() + view.loads.values().map(|l| l.sessions_avg).sum::<f64>();
             let gears = router.load().entries().len();
             let marker_set = s.marker.as_ref().is_some_and(|m| m.exists());
             let enabled = s.enabled && !marker_set;
