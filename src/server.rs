@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 use crate::cluster::{self, Cluster, ClusterView};
 use crate::config::{self, backends_fingerprint, Config, ConfigErrors, EXIT_CONFIG};
 use crate::control::{self, Reply, Request};
-use crate::gear::{self, BadEntry, PeerSpec};
+use crate::gear::{self, BadEntry};
 use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
 use crate::rotation::{self, AckState, Op, Rotations};
@@ -90,6 +90,8 @@ pub struct App {
     /// Held while this balancer runs: calls made while it is stopped go to the
     /// pending file instead (see `state`).
     _state_lock: crate::state::StateLock,
+    /// `cluster::peers_fingerprint` of `cluster.peers` at start, saved with the peers.
+    peers_config: String,
 }
 
 /// A balancer with its listeners bound, not yet serving.
@@ -160,15 +162,18 @@ impl Server {
             }
         };
         let mut saved_peers = Vec::new();
+        let mut saved_peers_config = None;
         let mut saved_rotations = Vec::new();
         let (specs, from_state) = match store.load() {
             Ok(Some(st)) if st.config_backends == fingerprint => {
                 saved_peers = st.peers;
+                saved_peers_config = st.peers_config;
                 saved_rotations = st.rotations;
                 (st.backends, true)
             }
             Ok(Some(st)) => {
                 saved_peers = st.peers;
+                saved_peers_config = st.peers_config;
                 saved_rotations = st.rotations;
                 info!("[[backends]] in the configuration changed since the state was saved: using the configuration");
                 (config_specs(&cfg), false)
@@ -211,21 +216,26 @@ impl Server {
             None if cfg.cluster.gossip() => Some(proxy_listener.local_addr()?),
             None => None,
         };
+        let peers_config = cluster::peers_fingerprint(&cfg.cluster.peers);
         let cluster = match gossip_listen {
             None => None,
             Some(listen) => {
-                let known = if saved_peers.is_empty() {
-                    cfg.cluster
-                        .peers
-                        .iter()
-                        .map(|a| PeerSpec {
-                            id: None,
-                            addr: a.clone(),
-                        })
-                        .collect()
-                } else {
-                    saved_peers
-                };
+                let (known, source) = cluster::combine_peers(
+                    &cfg.cluster.peers,
+                    &saved_peers,
+                    saved_peers_config.as_deref(),
+                );
+                match source {
+                    cluster::PeerSource::ConfigurationChanged { dropped } => info!(
+                        peers = known.len(),
+                        dropped,
+                        "cluster.peers changed since the state was saved: using the configuration, not the saved peer list"
+                    ),
+                    cluster::PeerSource::Saved => {
+                        info!(peers = known.len(), "known peer balancers from the state file")
+                    }
+                    cluster::PeerSource::Configured => {}
+                }
                 Some(Cluster::start(&cfg.cluster, listen, known, cfg.gear.name.clone()).await?)
             }
         };
@@ -271,6 +281,7 @@ impl Server {
                 config_backends: fingerprint.clone(),
                 backends: router.specs(),
                 peers: cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                peers_config: Some(peers_config.clone()),
                 rotations: rotations.ops().into_values().collect(),
             };
             if let Err(e) = store.save(&st) {
@@ -355,6 +366,7 @@ impl Server {
                 .as_deref()
                 .map(crate::cartridge::registry::path),
             _state_lock: state_lock,
+            peers_config,
             config: tokio::sync::Mutex::new(cfg),
         });
         if let Some(p) = pending {
@@ -446,6 +458,24 @@ impl Server {
             },
             stop.clone(),
         ));
+        if let Some(c) = &app.cluster {
+            // Identities learnt from addresses are kept in the state file.
+            let mut learned = c.subscribe_learned();
+            let weak = Arc::downgrade(&app);
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        r = learned.changed() => if r.is_err() { return },
+                    }
+                    let Some(app) = weak.upgrade() else { return };
+                    if let Err(e) = app.persist() {
+                        error!(error = %e, "learnt peer identities not saved");
+                    }
+                }
+            });
+        }
         let cluster_tasks = app.cluster.clone().map(|c| {
             (
                 tokio::spawn(c.clone().run(stop.clone())),
@@ -636,6 +666,7 @@ impl App {
                     .unwrap_or_default(),
                 backends: self.router.specs(),
                 peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                peers_config: Some(self.peers_config.clone()),
                 rotations: self.rotations.ops().into_values().collect(),
             })
             .map_err(|e| e.to_string())

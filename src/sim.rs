@@ -384,6 +384,7 @@ impl Sim {
             .map(|(i, id)| PeerSpec {
                 id: Some(id.clone()),
                 addr: node_addr(i).into(),
+                learned: false,
             })
             .collect();
         for (i, id) in ids.iter().enumerate() {
@@ -593,11 +594,13 @@ impl Sim {
             .map(|n| PeerSpec {
                 id: Some(n.id.clone()),
                 addr: n.addr.into(),
+                learned: false,
             })
             .collect();
         known.push(PeerSpec {
             id: Some(id.clone()),
             addr: node_addr(i).into(),
+            learned: false,
         });
         for n in self.nodes.iter().filter(|n| n.running) {
             n.cluster.set_known(known.clone());

@@ -45,6 +45,71 @@ use transport::{Auth, GossipCounters, GossipStats, GossipTransport};
 
 pub use view::{ClusterView, KeyEvent, Load, PeerView, ScalerClaim, Versions};
 
+/// Where the known membership at start came from ([`combine_peers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerSource {
+    /// Nothing saved yet: `cluster.peers`.
+    Configured,
+    /// The saved list (the last `set-peers`, and identities learnt from addresses):
+    /// `cluster.peers` is what it was when it was saved.
+    Saved,
+    /// `cluster.peers` changed since the list was saved: the configuration wins, and
+    /// this many saved peers were dropped.
+    ConfigurationChanged { dropped: usize },
+}
+
+/// What a state file remembers of `cluster.peers`, to tell whether it changed.
+pub fn peers_fingerprint(configured: &[crate::gear::Addr]) -> String {
+    let mut v: Vec<String> = configured.iter().map(|a| a.to_string()).collect();
+    v.sort();
+    v.dedup();
+    v.join(" ")
+}
+
+/// The known membership at start (pure): the saved list, unless `cluster.peers`
+/// changed since it was saved (`saved_fingerprint`, [`peers_fingerprint`]), in which
+/// case the configuration wins, keeping identities learnt at addresses it still lists.
+/// A state file without a fingerprint (older versions) counts as unchanged when every
+/// configured address is in the saved list.
+pub fn combine_peers(
+    configured: &[crate::gear::Addr],
+    saved: &[PeerSpec],
+    saved_fingerprint: Option<&str>,
+) -> (Vec<PeerSpec>, PeerSource) {
+    let from_config = || -> Vec<PeerSpec> {
+        configured
+            .iter()
+            .map(|a| {
+                let learnt = saved.iter().find(|p| p.learned && p.addr == *a);
+                PeerSpec {
+                    id: learnt.and_then(|p| p.id.clone()),
+                    addr: a.clone(),
+                    learned: learnt.is_some(),
+                }
+            })
+            .collect()
+    };
+    if saved.is_empty() {
+        return (from_config(), PeerSource::Configured);
+    }
+    let unchanged = match saved_fingerprint {
+        Some(f) => f == peers_fingerprint(configured),
+        None => configured
+            .iter()
+            .all(|a| saved.iter().any(|p| p.addr == *a)),
+    };
+    if unchanged {
+        (saved.to_vec(), PeerSource::Saved)
+    } else {
+        (
+            from_config(),
+            PeerSource::ConfigurationChanged {
+                dropped: saved.len(),
+            },
+        )
+    }
+}
+
 /// Gossip rounds without a new heartbeat after which a peer is dead.
 pub const FAILURE_ROUNDS: u32 = 10;
 
@@ -108,6 +173,8 @@ pub struct Cluster {
     view: ArcSwap<ClusterView>,
     view_changed: watch::Sender<u64>,
     stats: Arc<GossipStats>,
+    /// Bumped when ids of address-only peers were learnt (the state file keeps them).
+    learned: watch::Sender<u64>,
     /// chitchat's key events, taken by [`Cluster::run`].
     events: Mutex<Option<mpsc::UnboundedReceiver<KeyEvent>>>,
     /// Keeps the subscription to chitchat's key events.
@@ -256,6 +323,7 @@ impl Cluster {
             view: ArcSwap::new(model.view()),
             view_changed: watch::Sender::new(0),
             stats,
+            learned: watch::Sender::new(0),
             events: Mutex::new(Some(rx)),
             _listener: listener,
         }))
@@ -291,6 +359,11 @@ impl Cluster {
 
     pub fn known(&self) -> Vec<PeerSpec> {
         self.known.lock().map(|k| k.clone()).unwrap_or_default()
+    }
+
+    /// Notified when the known membership learnt an address-only peer's id.
+    pub fn subscribe_learned(&self) -> watch::Receiver<u64> {
+        self.learned.subscribe()
     }
 
     /// Replace the known membership (the subscriber hook's full list).
@@ -437,6 +510,16 @@ impl Cluster {
                 log_membership(&old, &next);
                 self.view.store(next);
                 self.view_changed.send_modify(|g| *g += 1);
+                if let Some(known) = model.learned_known() {
+                    for p in known.iter().filter(|p| p.learned) {
+                        info!(peer = %p.addr, id = p.id.as_deref().unwrap_or_default(), "identity of peer balancer learnt");
+                    }
+                    if let Ok(mut k) = self.known.lock() {
+                        *k = known.clone();
+                    }
+                    model.set_known(known);
+                    self.learned.send_modify(|g| *g += 1);
+                }
             }
             if introduce {
                 self.introduce().await;
@@ -506,6 +589,7 @@ mod tests {
             .map(|(i, a)| PeerSpec {
                 id: Some(format!("lb{i}")),
                 addr: (*a).into(),
+                learned: false,
             })
             .collect();
         let mut out = Vec::new();
@@ -611,6 +695,53 @@ mod tests {
         let interval = Duration::from_millis(200);
         let nodes = start_three([&ts[0], &ts[1], &ts[2]], addrs, interval).await;
         membership_contract(nodes, interval).await;
+    }
+
+    #[test]
+    fn configured_and_saved_peers_combine_by_the_fingerprint() {
+        let a = |s: &str| -> crate::gear::Addr { s.parse().unwrap() };
+        let spec = |id: Option<&str>, addr: &str, learned: bool| PeerSpec {
+            id: id.map(str::to_string),
+            addr: a(addr),
+            learned,
+        };
+        let conf = [a("10.0.0.1:7001"), a("10.0.0.2:7001")];
+        // Nothing saved: the configuration.
+        let (k, src) = combine_peers(&conf, &[], None);
+        assert_eq!(src, PeerSource::Configured);
+        assert_eq!(k.len(), 2);
+        // Saved with the same configuration: the saved list (learnt ids, set-peers).
+        let saved = vec![
+            spec(Some("lb1"), "10.0.0.1:7001", true),
+            spec(None, "10.0.0.2:7001", false),
+        ];
+        let fp = peers_fingerprint(&conf);
+        assert_eq!(
+            combine_peers(&conf, &saved, Some(&fp)),
+            (saved.clone(), PeerSource::Saved)
+        );
+        // The ports changed in the configuration: it wins; a learnt id stays with the
+        // address still listed.
+        let moved = [a("10.0.0.1:7001"), a("10.0.0.2:8001")];
+        let (k, src) = combine_peers(&moved, &saved, Some(&fp));
+        assert_eq!(src, PeerSource::ConfigurationChanged { dropped: 2 });
+        assert_eq!(
+            k,
+            vec![
+                spec(Some("lb1"), "10.0.0.1:7001", true),
+                spec(None, "10.0.0.2:8001", false)
+            ]
+        );
+        // set-peers lists survive a configuration without cluster.peers.
+        let hook = vec![spec(Some("u1"), "10.0.0.9:35561", false)];
+        let none = peers_fingerprint(&[]);
+        assert_eq!(combine_peers(&[], &hook, Some(&none)).1, PeerSource::Saved);
+        // An older state file (no fingerprint): unchanged while it has every address.
+        assert_eq!(combine_peers(&conf, &saved, None).1, PeerSource::Saved);
+        assert!(matches!(
+            combine_peers(&moved, &saved, None).1,
+            PeerSource::ConfigurationChanged { .. }
+        ));
     }
 
     /// The payload cliff: ten thousand gears down, with the platform's real name

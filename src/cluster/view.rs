@@ -339,8 +339,35 @@ impl Model {
         self.liveness.stalled
     }
 
+    /// The known membership names ids (`set-peers`); ids learnt from addresses do not
+    /// change the address-only rules.
     fn ids_known(&self) -> bool {
-        self.known.iter().any(|p| p.id.is_some())
+        self.known.iter().any(|p| p.id.is_some() && !p.learned)
+    }
+
+    /// The known membership with the ids of address-only peers seen live filled in
+    /// (learnt), when that differs from the known membership: the caller keeps it, so
+    /// that such a peer keeps its identity, and its place in the election, once dead.
+    pub fn learned_known(&self) -> Option<Vec<PeerSpec>> {
+        let mut out = self.known.clone();
+        let mut changed = false;
+        for p in out.iter_mut() {
+            if p.id.is_some() && !p.learned {
+                continue;
+            }
+            let at_addr = self
+                .chosen
+                .iter()
+                .find(|(_, c)| p.addr.socket_addr() == Some(c.gossip_advertise_addr));
+            if let Some((id, _)) = at_addr {
+                if p.id.as_ref() != Some(id) && *id != self.self_id {
+                    p.id = Some(id.clone());
+                    p.learned = true;
+                    changed = true;
+                }
+            }
+        }
+        changed.then_some(out)
     }
 
     /// Whether node `id` counts as a member (see the module doc).
@@ -570,12 +597,15 @@ impl Model {
         let mut peers = Vec::new();
         let mut seen = HashSet::new();
         for p in &self.known {
-            let member = match &p.id {
-                Some(id) => self.chosen.get(id),
-                None => self
-                    .chosen
+            let at_addr = || {
+                self.chosen
                     .values()
-                    .find(|c| p.addr.socket_addr() == Some(c.gossip_advertise_addr)),
+                    .find(|c| p.addr.socket_addr() == Some(c.gossip_advertise_addr))
+            };
+            let member = match &p.id {
+                Some(id) if p.learned => self.chosen.get(id).or_else(at_addr),
+                Some(id) => self.chosen.get(id),
+                None => at_addr(),
             };
             if p.id.as_deref() == Some(self.self_id.as_str()) {
                 continue;
@@ -640,6 +670,7 @@ mod tests {
         PeerSpec {
             id: id.map(str::to_string),
             addr: addr(port).into(),
+            learned: false,
         }
     }
 
@@ -718,6 +749,51 @@ mod tests {
         assert_eq!(v.peers[0].id.as_deref(), Some("b"));
         assert!(v.peers[0].known);
         assert!(!v.peers[1].known);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn address_only_peers_keep_the_identity_learnt_when_they_die() {
+        let mut m = model(vec![peer(None, 2), peer(None, 3)]);
+        let (b, c, d) = (node("b", 1, 2), node("c", 1, 3), node("d", 1, 4));
+        for n in [&b, &c, &d] {
+            set(&mut m, n, "ready", "1");
+        }
+        let mut hb = 0;
+        beat(&mut m, &[&b, &c, &d], &mut hb).await;
+        m.build();
+        let learnt = m.learned_known().expect("ids learnt");
+        assert_eq!(learnt[0].id.as_deref(), Some("b"));
+        assert!(learnt[0].learned && learnt[1].learned);
+        m.set_known(learnt);
+        assert!(m.learned_known().is_none(), "nothing more to learn");
+        let v = m.build().unwrap();
+        assert_eq!(
+            v.live,
+            vec!["a", "b", "c", "d"],
+            "address-only: d counts too"
+        );
+        // b and c die: they stay known, by id, and the quorum base stays 3.
+        for _ in 0..12 {
+            tokio::time::advance(ROUND).await;
+            hb += 1;
+            m.heartbeats(
+                Instant::now(),
+                [(b.clone(), 1), (c.clone(), 1), (d.clone(), hb)],
+            );
+        }
+        let v = m.build().unwrap();
+        assert_eq!(v.live, vec!["a", "d"]);
+        assert_eq!(v.known_count, 3);
+        let ids: Vec<_> = v
+            .peers
+            .iter()
+            .filter(|p| p.known)
+            .map(|p| (p.id.clone(), p.live))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![(Some("b".into()), false), (Some("c".into()), false)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
