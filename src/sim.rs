@@ -406,7 +406,11 @@ impl Sim {
             gossip_interval: self.cfg.gossip_interval,
             advertise: addr,
             listen: addr,
-            generation: self.generation.fetch_add(1, Ordering::Relaxed),
+            // As chitchat's generation: when the balancer started, in milliseconds (of
+            // virtual time here), plus a count so that it grows even within one.
+            generation: 1_000_000
+                + self.t0.elapsed().as_millis() as u64
+                + self.generation.fetch_add(1, Ordering::Relaxed),
             name: Some(id.to_string()),
         };
         let cluster = Cluster::start_on(

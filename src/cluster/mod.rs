@@ -168,6 +168,8 @@ pub struct Cluster {
     self_id: String,
     advertise: SocketAddr,
     gossip_interval: Duration,
+    /// This node's incarnation (start time, Unix ms).
+    generation: u64,
     known: Mutex<Vec<PeerSpec>>,
     known_changed: watch::Sender<u64>,
     view: ArcSwap<ClusterView>,
@@ -307,6 +309,7 @@ impl Cluster {
             .await;
         let model = view::Model::new(
             &self_id,
+            generation,
             advertise,
             known.clone(),
             failure_timeout(gossip_interval),
@@ -318,6 +321,7 @@ impl Cluster {
             self_id,
             advertise,
             gossip_interval,
+            generation,
             known: Mutex::new(known),
             known_changed: watch::Sender::new(0),
             view: ArcSwap::new(model.view()),
@@ -465,6 +469,7 @@ impl Cluster {
         };
         let mut model = view::Model::new(
             &self.self_id,
+            self.generation,
             self.advertise,
             self.known(),
             failure_timeout(self.gossip_interval),

@@ -20,9 +20,10 @@ use super::{keys, Cluster, Load};
 use crate::routing::{subset, Router};
 use crate::stats::FrontendStats;
 
-/// What subsets and remote health are computed from: the live balancers, the routing
-/// table's generation, the coverage and (the version of) the peers' health reports.
-type Inputs = (Vec<String>, u64, u32, u64);
+/// What subsets and remote health are computed from: (the versions of) the live
+/// balancers and when they started, the routing table's generation, the coverage and
+/// (the version of) the peers' health reports.
+type Inputs = (u64, u64, u32, u64);
 
 /// Run until `stop`.
 pub async fn run(
@@ -53,8 +54,11 @@ pub async fn run(
         let view = cluster.view();
         let generation = *tables.borrow_and_update();
         let cov = coverage.load(Ordering::Relaxed);
-        let unchanged = applied.as_ref().is_some_and(|(live, g, c, reports)| {
-            *live == view.live && *g == generation && *c == cov && *reports == view.versions.reports
+        let unchanged = applied.as_ref().is_some_and(|(members, g, c, reports)| {
+            *members == view.versions.members
+                && *g == generation
+                && *c == cov
+                && *reports == view.versions.reports
         });
         if !unchanged {
             let table = router.snapshot();
@@ -64,8 +68,15 @@ pub async fn run(
                 .map(|e| e.backend.sticky.as_str())
                 .collect();
             let live: Vec<&str> = view.live.iter().map(String::as_str).collect();
-            let epoch = keys::subset_epoch(&live, &labels, cov);
-            let all = subset::Assignment::new(&live, &labels, cov);
+            // Subsets depend on when each balancer started: so does the epoch.
+            let members: Vec<(&str, u64)> = live
+                .iter()
+                .map(|id| (*id, view.started.get(*id).copied().unwrap_or(0)))
+                .collect();
+            let named: Vec<String> = members.iter().map(|(id, g)| format!("{id}@{g}")).collect();
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+            let epoch = keys::subset_epoch(&named, &labels, cov);
+            let all = subset::Assignment::new(&members, &labels, cov);
             let mine: HashSet<&str> = labels
                 .iter()
                 .copied()
@@ -114,7 +125,7 @@ pub async fn run(
             published_down.retain(|k, _| k.starts_with(keys::DOWN_PREFIX));
             // Our own edits published a new table: that one is in line already.
             applied = Some((
-                view.live.clone(),
+                view.versions.members,
                 *tables.borrow_and_update(),
                 cov,
                 view.versions.reports,

@@ -97,6 +97,10 @@ pub struct ClusterView {
     /// Balancers the broker lists (this one included): the quorum base.
     pub known_count: usize,
     pub gossip: GossipCounters,
+    /// When each live member (this one included) started: chitchat's generation,
+    /// Unix milliseconds. Subsets depend on it.
+    #[serde(skip)]
+    pub started: Arc<BTreeMap<String, u64>>,
     /// Live members heard from within half the failure timeout (this one included):
     /// the scaler's quorum counts these only.
     #[serde(skip)]
@@ -277,6 +281,7 @@ type Chosen = BTreeMap<String, ChitchatId>;
 /// Builds the [`ClusterView`] from chitchat's key events and heartbeats.
 pub struct Model {
     self_id: String,
+    generation: u64,
     advertise: SocketAddr,
     known: Vec<PeerSpec>,
     liveness: Liveness<ChitchatId>,
@@ -295,6 +300,7 @@ impl Model {
     /// and [`Model::heartbeats`] is called every `period`.
     pub fn new(
         self_id: &str,
+        generation: u64,
         advertise: SocketAddr,
         known: Vec<PeerSpec>,
         timeout: Duration,
@@ -302,6 +308,7 @@ impl Model {
     ) -> Model {
         let mut m = Model {
             self_id: self_id.to_string(),
+            generation,
             advertise,
             known,
             liveness: Liveness::new(timeout, period),
@@ -510,6 +517,16 @@ impl Model {
             if peers != v.peers || live != v.live || known_count != v.known_count {
                 v.versions.members += 1;
             }
+            let mut started: BTreeMap<String, u64> = self
+                .chosen
+                .iter()
+                .map(|(id, c)| (id.clone(), c.generation_id))
+                .collect();
+            started.insert(self.self_id.clone(), self.generation);
+            if started != *v.started {
+                v.versions.members += 1;
+                v.started = Arc::new(started);
+            }
             v.peers = peers;
             v.live = live;
             v.known_count = known_count;
@@ -693,7 +710,7 @@ mod tests {
     }
 
     fn model(known: Vec<PeerSpec>) -> Model {
-        Model::new("a", addr(1), known, TIMEOUT, ROUND)
+        Model::new("a", 1, addr(1), known, TIMEOUT, ROUND)
     }
 
     #[tokio::test(start_paused = true)]
