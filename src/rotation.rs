@@ -304,8 +304,6 @@ pub async fn run(
     persist: impl Fn(Vec<RotationOp>) + Send + 'static,
     stop: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut local = rotations.subscribe();
     let mut views = cluster.as_ref().map(|c| c.subscribe());
     let mut tables = router.subscribe();
@@ -315,10 +313,17 @@ pub async fn run(
     let mut learnt_version = None;
     let mut last_table = None;
     let self_id = cluster.as_ref().map(|c| c.self_id().to_string());
+    let mut first = true;
     loop {
+        // While a gear drains, look at it every 100 ms (requests finish, the deadline
+        // comes); otherwise only changes wake this loop (and the start).
+        let draining = published_acks
+            .values()
+            .any(|a| a.state == AckState::Draining);
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = std::future::ready(()), if first => first = false,
+            _ = tokio::time::sleep(Duration::from_millis(100)), if draining => {}
             _ = local.changed() => {}
             _ = tables.changed() => {}
             _ = async {
@@ -337,9 +342,6 @@ pub async fn run(
         }
         let ops = rotations.ops();
         let table = *tables.borrow_and_update();
-        let draining = published_acks
-            .values()
-            .any(|a| a.state == AckState::Draining);
         // Nothing new and nothing draining: every ack is what it was.
         if last_persisted.as_ref() == Some(&ops) && last_table == Some(table) && !draining {
             continue;

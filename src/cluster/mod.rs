@@ -637,13 +637,14 @@ mod tests {
         dead.handle.abort();
         stop.cancel();
         let t = tokio::time::Instant::now();
-        while t.elapsed() < Duration::from_secs(6)
+        while t.elapsed() < Duration::from_secs(8)
             && !nodes[..2].iter().all(|(c, _)| c.view().live.len() == 2)
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let took = t.elapsed();
-        let limit = failure_timeout(interval) + 3 * interval;
+        // The timeout, plus slack for a busy CI host running tests side by side.
+        let limit = failure_timeout(interval) + Duration::from_millis(1500);
         assert!(took < limit, "dead peer noticed after {took:?}");
         assert!(
             took + interval >= failure_timeout(interval) / 2,
