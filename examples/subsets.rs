@@ -1,115 +1,169 @@
-//! Subset simulation: gearlb's ring slices next to rendezvous hashing.
+//! Subset churn: gearlb's assignment (`routing::subset::Assignment`) next to the ring
+//! slices it replaced, against a lower bound on the minimum.
 //!
-//! `cargo run --release --example subsets` prints, for M balancers × N gears × coverage
-//! C: the subset size, the min/max number of balancers covering a gear, and churn (the
-//! share of (balancer, gear) assignments that change, among balancers present before and
-//! after) when one gear or one balancer joins or leaves.
+//! `cargo run --release --example subsets` prints, for M balancers × N gears ×
+//! coverage C: the subset size k, the balancers per gear (min..max), and for one
+//! balancer leaving, one joining (started later), one gear added and one removed: the
+//! total number of (balancer, gear) assignments that change (a newcomer's k count), the
+//! lower bound on what any assignment with k' gears each and spread ≤ 1 must change
+//! (each balancer must grow or shrink to k', each gear must get back to ⌊k'M'/N'⌋
+//! coverers), and the ratio. Gear names have the platform's real shape (32 hex digits
+//! and a 16-letter namespace); balancer ids are 32 hex digits.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use gearlb::routing::subset::{assign, rendezvous, subset_size};
+use gearlb::routing::subset::{ring_assign, subset_size, Assignment};
 
-fn names(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i:04x}")).collect()
+type Sets = BTreeMap<String, BTreeSet<String>>;
+
+fn hex(i: u64) -> String {
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5851_f42d_4c95_7f2d;
+    x ^= x >> 29;
+    format!("{x:016x}{:016x}", x.rotate_left(17) ^ i)
 }
 
-type Scheme = fn(&str, &[&str], &[&str], u32) -> BTreeSet<String>;
-
-fn ring(me: &str, bs: &[&str], gears: &[&str], c: u32) -> BTreeSet<String> {
-    assign(me, bs, gears, c)
-        .into_iter()
-        .map(str::to_string)
-        .collect()
+fn sets(scheme: &str, members: &[(String, u64)], gears: &[String], c: u32) -> Sets {
+    let g: Vec<&str> = gears.iter().map(String::as_str).collect();
+    let ids: Vec<&str> = members.iter().map(|m| m.0.as_str()).collect();
+    match scheme {
+        "ring" => ids
+            .iter()
+            .map(|b| {
+                let s = ring_assign(b, &ids, &g, c)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                (b.to_string(), s)
+            })
+            .collect(),
+        _ => {
+            let m: Vec<(&str, u64)> = members.iter().map(|m| (m.0.as_str(), m.1)).collect();
+            let a = Assignment::new(&m, &g, c);
+            ids.iter()
+                .map(|b| {
+                    let s = g
+                        .iter()
+                        .filter(|x| a.covers(b, x))
+                        .map(|x| x.to_string())
+                        .collect();
+                    (b.to_string(), s)
+                })
+                .collect()
+        }
+    }
 }
 
-fn hrw(me: &str, bs: &[&str], gears: &[&str], c: u32) -> BTreeSet<String> {
-    let k = subset_size(gears.len(), bs.len(), c);
-    rendezvous(me, gears, k)
-        .into_iter()
-        .map(str::to_string)
-        .collect()
-}
-
-/// (min, max) balancers per gear.
-fn coverage(scheme: Scheme, bs: &[&str], gears: &[&str], c: u32) -> (usize, usize) {
-    let sets: Vec<_> = bs.iter().map(|b| scheme(b, bs, gears, c)).collect();
+fn coverage(s: &Sets, gears: &[String]) -> (usize, usize) {
     let counts: Vec<usize> = gears
         .iter()
-        .map(|g| sets.iter().filter(|s| s.contains(*g)).count())
+        .map(|g| s.values().filter(|x| x.contains(g)).count())
         .collect();
     (
-        *counts.iter().min().unwrap_or(&0),
-        *counts.iter().max().unwrap_or(&0),
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
     )
 }
 
-/// Changed assignments / assignments before, over balancers in both worlds.
-fn churn(scheme: Scheme, b1: &[&str], g1: &[&str], b2: &[&str], g2: &[&str], c: u32) -> f64 {
-    let (mut changed, mut total) = (0usize, 0usize);
-    for b in b1.iter().filter(|b| b2.contains(b)) {
-        let x = scheme(b, b1, g1, c);
-        let y = scheme(b, b2, g2, c);
-        changed += x.symmetric_difference(&y).count();
-        total += x.len();
+/// Changes between two worlds, over every balancer in either (a newcomer's whole set
+/// counts; a leaver's does not: it goes whatever the scheme).
+fn changes(x: &Sets, y: &Sets) -> usize {
+    let empty = BTreeSet::new();
+    y.iter()
+        .map(|(b, s)| x.get(b).unwrap_or(&empty).symmetric_difference(s).count())
+        .sum()
+}
+
+fn lower_bound(before: &Sets, after_ids: &[String], gears: &[String], c: u32) -> usize {
+    let k2 = subset_size(gears.len(), after_ids.len(), c);
+    let a2 = after_ids.len() * k2 / gears.len().max(1);
+    let mut cov: BTreeMap<&str, usize> = gears.iter().map(|g| (g.as_str(), 0)).collect();
+    for b in after_ids {
+        for g in before.get(b).into_iter().flatten() {
+            if let Some(c) = cov.get_mut(g.as_str()) {
+                *c += 1;
+            }
+        }
     }
-    if total == 0 {
-        0.0
-    } else {
-        100.0 * changed as f64 / total as f64 / 2.0
-    }
+    let size = |b: &String| {
+        before.get(b).map_or(0, |s| {
+            s.iter().filter(|g| cov.contains_key(g.as_str())).count()
+        })
+    };
+    let adds_b: usize = after_ids.iter().map(|b| k2.saturating_sub(size(b))).sum();
+    let rems_b: usize = after_ids.iter().map(|b| size(b).saturating_sub(k2)).sum();
+    let adds_g: usize = cov.values().map(|c| a2.saturating_sub(*c)).sum();
+    let rems_g: usize = cov.values().map(|c| c.saturating_sub(a2 + 1)).sum();
+    adds_b.max(adds_g) + rems_b.max(rems_g)
 }
 
 fn main() {
+    println!("changes: total (balancer, gear) assignments changed / lower bound on the minimum (ratio); leave: the mean over 3 leavers");
     println!(
-        "churn = % of a balancer's gears replaced, averaged; cov = balancers per gear (min..max)"
+        "| M | N | C% | k | scheme | cov | leave | join | +gear | -gear |\n|---|---|---|---|---|---|---|---|---|---|"
     );
-    println!(
-        "{:>3} {:>5} {:>4} {:>5} | {:>7} {:>6} {:>6} {:>6} {:>6} | {:>7} {:>6} {:>6} {:>6} {:>6}",
-        "M",
-        "N",
-        "C%",
-        "k",
-        "ring cov",
-        "+gear",
-        "-gear",
-        "+lb",
-        "-lb",
-        "hrw cov",
-        "+gear",
-        "-gear",
-        "+lb",
-        "-lb"
-    );
-    for m in [2usize, 3, 10, 50] {
-        for n in [2usize, 10, 100, 1000] {
-            for c in [100u32, 50, 33, 10] {
-                let bn = names("lb", m + 1);
-                let gn = names("gear", n + 1);
-                let bs: Vec<&str> = bn[..m].iter().map(String::as_str).collect();
-                let bs_plus: Vec<&str> = bn.iter().map(String::as_str).collect();
-                let bs_minus: Vec<&str> = bn[..m - 1].iter().map(String::as_str).collect();
-                let gs: Vec<&str> = gn[..n].iter().map(String::as_str).collect();
-                let gs_plus: Vec<&str> = gn.iter().map(String::as_str).collect();
-                let gs_minus: Vec<&str> = gn[1..n].iter().map(String::as_str).collect();
-                let k = subset_size(n, m, c);
-                let mut row = format!("{m:>3} {n:>5} {c:>4} {k:>5} |");
-                for scheme in [ring as Scheme, hrw as Scheme] {
-                    let (lo, hi) = coverage(scheme, &bs, &gs, c);
-                    row.push_str(&format!(
-                        " {:>7} {:>5.1}% {:>5.1}% {:>5.1}% {:>5.1}% |",
-                        format!("{lo}..{hi}"),
-                        churn(scheme, &bs, &gs, &bs, &gs_plus, c),
-                        churn(scheme, &bs, &gs, &bs, &gs_minus, c),
-                        churn(scheme, &bs, &gs, &bs_plus, &gs, c),
-                        if m > 1 {
-                            churn(scheme, &bs, &gs, &bs_minus, &gs, c)
-                        } else {
-                            0.0
-                        },
-                    ));
+    for (m, n, c) in [
+        (3, 100, 10),
+        (3, 1000, 10),
+        (10, 100, 10),
+        (10, 1000, 5),
+        (10, 1000, 10),
+        (10, 1000, 33),
+        (30, 1000, 10),
+        (30, 1000, 50),
+        (100, 1000, 10),
+    ] {
+        let gears: Vec<String> = (0..n as u64)
+            .map(|i| format!("{}-abcdefghijklmnop", hex(i)))
+            .collect();
+        let members: Vec<(String, u64)> = (0..m as u64)
+            .map(|i| (hex(1 << 40 | i), 1_000 + i))
+            .collect();
+        let newcomer = (hex(1 << 41), 1_000 + 600_000);
+        for scheme in ["ring", "gearlb"] {
+            let before = sets(scheme, &members, &gears, c);
+            let (lo, hi) = coverage(&before, &gears);
+            let ratio = |x: usize, lb: usize| {
+                if lb == 0 {
+                    format!("{x}/0")
+                } else {
+                    format!("{x}/{lb} ({:.2})", x as f64 / lb as f64)
                 }
-                println!("{}", row.trim_end_matches('|'));
+            };
+            // Leaves: the oldest, a middle one, the youngest.
+            let mut moved = 0;
+            let mut lb = 0;
+            for pos in [0, m / 2, m - 1] {
+                let rest: Vec<(String, u64)> = members
+                    .iter()
+                    .filter(|x| x.0 != members[pos].0)
+                    .cloned()
+                    .collect();
+                let after = sets(scheme, &rest, &gears, c);
+                let ids: Vec<String> = rest.iter().map(|x| x.0.clone()).collect();
+                moved += changes(&before, &after);
+                lb += lower_bound(&before, &ids, &gears, c);
             }
+            let leave = ratio(moved / 3, lb / 3);
+            let mut more = members.clone();
+            more.push(newcomer.clone());
+            let after = sets(scheme, &more, &gears, c);
+            let ids: Vec<String> = more.iter().map(|x| x.0.clone()).collect();
+            let join = ratio(
+                changes(&before, &after),
+                lower_bound(&before, &ids, &gears, c),
+            );
+            let ids: Vec<String> = members.iter().map(|x| x.0.clone()).collect();
+            let mut g2 = gears.clone();
+            g2.push(format!("{}-abcdefghijklmnop", hex(1 << 42)));
+            let after = sets(scheme, &members, &g2, c);
+            let plus = ratio(changes(&before, &after), lower_bound(&before, &ids, &g2, c));
+            let g3: Vec<String> = gears[1..].to_vec();
+            let after = sets(scheme, &members, &g3, c);
+            let minus = ratio(changes(&before, &after), lower_bound(&before, &ids, &g3, c));
+            println!(
+                "| {m} | {n} | {c} | {} | {scheme} | {lo}..{hi} | {leave} | {join} | {plus} | {minus} |",
+                subset_size(n, m, c)
+            );
         }
     }
 }

@@ -279,6 +279,11 @@ pub struct PeerSpec {
     pub id: Option<String>,
     /// Its gossip address (the node's port proxy in a gear).
     pub addr: Addr,
+    /// The id was learnt from gossip at this address (an address-only peer of
+    /// `cluster.peers`), not listed by `set-peers`: the peer keeps its identity when it
+    /// dies, and address-only counting rules still apply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learned: bool,
 }
 
 /// Parse the peer list the subscriber hook receives: entries `'uuid'='uuid|host:port'`
@@ -345,6 +350,7 @@ fn parse_peer(raw: &str) -> Result<PeerSpec, String> {
     Ok(PeerSpec {
         id,
         addr: addr.parse()?,
+        learned: false,
     })
 }
 

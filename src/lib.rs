@@ -22,6 +22,8 @@
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
+//! - [`sim`]: the cluster simulator: many balancers' real cluster, rotation and scaler
+//!   code in one process over an in-memory network (latency, loss, partitions).
 //! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
 //! - [`memory`]: returning freed heap pages to the system when a worker goes idle.
 //! - [`cartridge`]: what the node platform runs in a gear (`bin/control`, setup,
@@ -48,6 +50,7 @@ pub mod rotation;
 pub mod routing;
 pub mod scaler;
 pub mod server;
+pub mod sim;
 pub mod state;
 pub mod stats;
 pub mod status;

@@ -16,7 +16,7 @@
 //!   for the op in force; the balancer that took the command completes when every live
 //!   known peer acked that epoch (see `server`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cluster::Cluster;
+use crate::cluster::{keys, Cluster};
 use crate::routing::{Admin, Router};
 
 /// The two operations.
@@ -77,6 +77,17 @@ pub fn merge<'a>(ops: impl IntoIterator<Item = &'a RotationOp>) -> BTreeMap<Stri
     out
 }
 
+/// Merge one op into a register of ops in force; true when it changed the register.
+pub fn merge_into(register: &mut BTreeMap<String, RotationOp>, op: RotationOp) -> bool {
+    match register.get(&op.gear) {
+        Some(cur) if cur.order() >= op.order() => false,
+        _ => {
+            register.insert(op.gear.clone(), op);
+            true
+        }
+    }
+}
+
 /// Where a balancer is with the op in force for a gear.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -95,6 +106,52 @@ pub struct Ack {
     pub inflight: u64,
     /// Requests and tunnels cut at the deadline.
     pub forced: u64,
+}
+
+/// Where one rotation stands, as the balancer waiting for it sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Balancers that acknowledged the epoch in its final state (drained, or active
+    /// again for a rotate-in), sorted.
+    pub acked: Vec<String>,
+    /// Live balancers that did not yet, sorted.
+    pub pending: Vec<String>,
+    /// Requests and tunnels still open to the gear, summed over the balancers
+    /// acknowledging this epoch.
+    pub inflight: u64,
+    /// Requests and tunnels cut at the deadline, by balancer.
+    pub forced: BTreeMap<String, u64>,
+}
+
+/// The progress of the op `epoch` (whose final state is `done`) from this balancer's
+/// own acknowledgment and those of the live peers (pure). Acknowledgments of another
+/// epoch count as none.
+pub fn progress<'a>(
+    self_id: &'a str,
+    own: Option<&'a Ack>,
+    live_peers: impl IntoIterator<Item = (&'a str, Option<&'a Ack>)>,
+    epoch: &str,
+    done: AckState,
+) -> Progress {
+    let mut p = Progress::default();
+    let all = std::iter::once((self_id, own)).chain(live_peers);
+    let mut seen: BTreeMap<&str, Option<&Ack>> = BTreeMap::new();
+    for (id, ack) in all {
+        seen.entry(id).or_insert(ack);
+    }
+    for (id, ack) in seen {
+        let current = ack.filter(|a| a.epoch == epoch);
+        if let Some(a) = current {
+            p.inflight += a.inflight;
+            p.forced.insert(id.to_string(), a.forced);
+        }
+        if current.is_some_and(|a| a.state == done) {
+            p.acked.push(id.to_string());
+        } else {
+            p.pending.push(id.to_string());
+        }
+    }
+    p
 }
 
 /// Hybrid logical clock: wall-clock microseconds, never going backwards and always
@@ -143,6 +200,9 @@ pub struct Rotations {
     forced: Mutex<HashMap<String, u64>>,
     pub hlc: Hlc,
     changed: watch::Sender<u64>,
+    acks_changed: watch::Sender<u64>,
+    /// Epochs of ops to gossip to every live peer once published.
+    fan_out: Mutex<HashSet<String>>,
 }
 
 impl Rotations {
@@ -158,6 +218,8 @@ impl Rotations {
             forced: Mutex::new(HashMap::new()),
             hlc,
             changed: watch::Sender::new(0),
+            acks_changed: watch::Sender::new(0),
+            fan_out: Mutex::new(HashSet::new()),
         }
     }
 
@@ -199,25 +261,42 @@ impl Rotations {
     }
 
     /// Merge ops learnt from peers; true when the ops in force changed.
-    fn learn(&self, remote: &[RotationOp]) -> bool {
-        for op in remote {
-            self.hlc.observe(op.ts);
-        }
+    fn learn<'a>(&self, remote: impl IntoIterator<Item = &'a RotationOp>) -> bool {
         let Ok(mut ops) = self.ops.lock() else {
             return false;
         };
-        let merged = merge(ops.values().chain(remote.iter()));
-        if merged != *ops {
-            *ops = merged;
-            true
-        } else {
-            false
+        let mut changed = false;
+        for op in remote {
+            self.hlc.observe(op.ts);
+            changed |= merge_into(&mut ops, op.clone());
         }
+        changed
+    }
+
+    /// Notified when this balancer's acknowledgments change.
+    pub fn subscribe_acks(&self) -> watch::Receiver<u64> {
+        self.acks_changed.subscribe()
+    }
+
+    /// Ask [`run`] to gossip the op of `epoch` to every live peer as soon as it is
+    /// published (the balancer that took a command, once: peers then have it after one
+    /// round trip instead of a few gossip rounds).
+    pub fn fan_out(&self, epoch: String) {
+        if let Ok(mut f) = self.fan_out.lock() {
+            f.insert(epoch);
+        }
+        self.changed.send_modify(|g| *g += 1);
     }
 }
 
 /// Keep the local drain state in step with the ops in force until `stop`. `persist`
 /// is called with the ops whenever they change.
+///
+/// Ops and acknowledgments travel by ordinary gossip rounds, with two shortcuts that
+/// cost O(M) messages per rotation, not O(M²): the balancer that took a command
+/// gossips its op to every live peer once ([`Rotations::fan_out`]), and a balancer
+/// whose acknowledgment of an op changes gossips once with the op's origin, the one
+/// waiting for it.
 pub async fn run(
     rotations: Arc<Rotations>,
     router: Arc<Router>,
@@ -225,18 +304,28 @@ pub async fn run(
     persist: impl Fn(Vec<RotationOp>) + Send + 'static,
     stop: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut local = rotations.subscribe();
     let mut views = cluster.as_ref().map(|c| c.subscribe());
+    let mut tables = router.subscribe();
     let mut published_ops: BTreeMap<String, RotationOp> = BTreeMap::new();
     let mut published_acks: BTreeMap<String, Ack> = BTreeMap::new();
     let mut last_persisted: Option<BTreeMap<String, RotationOp>> = None;
+    let mut learnt_version = None;
+    let mut last_table = None;
+    let self_id = cluster.as_ref().map(|c| c.self_id().to_string());
+    let mut first = true;
     loop {
+        // While a gear drains, look at it every 100 ms (requests finish, the deadline
+        // comes); otherwise only changes wake this loop (and the start).
+        let draining = published_acks
+            .values()
+            .any(|a| a.state == AckState::Draining);
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = std::future::ready(()), if first => first = false,
+            _ = tokio::time::sleep(Duration::from_millis(100)), if draining => {}
             _ = local.changed() => {}
+            _ = tables.changed() => {}
             _ = async {
                 match views.as_mut() {
                     Some(v) => { let _ = v.changed().await; }
@@ -245,9 +334,19 @@ pub async fn run(
             } => {}
         }
         if let Some(c) = &cluster {
-            rotations.learn(&c.view().rotations);
+            let view = c.view();
+            if learnt_version != Some(view.versions.rotations) {
+                rotations.learn(view.rotations.values());
+                learnt_version = Some(view.versions.rotations);
+            }
         }
         let ops = rotations.ops();
+        let table = *tables.borrow_and_update();
+        // Nothing new and nothing draining: every ack is what it was.
+        if last_persisted.as_ref() == Some(&ops) && last_table == Some(table) && !draining {
+            continue;
+        }
+        last_table = Some(table);
         if last_persisted.as_ref() != Some(&ops) {
             persist(ops.values().cloned().collect());
             last_persisted = Some(ops.clone());
@@ -260,32 +359,52 @@ pub async fn run(
         );
 
         let now = unix_ms();
+        let table = router.snapshot();
         let mut acks = BTreeMap::new();
         for (gear, op) in &ops {
-            let ack = apply(&rotations, &router, gear, op, now);
+            let ack = apply(&rotations, &router, &table, gear, op, now);
             acks.insert(gear.clone(), ack);
         }
-        if let Ok(mut a) = rotations.acks.lock() {
-            *a = acks.clone();
+        if acks != published_acks {
+            if let Ok(mut a) = rotations.acks.lock() {
+                *a = acks.clone();
+            }
+            rotations.acks_changed.send_modify(|g| *g += 1);
         }
 
         if let Some(c) = &cluster {
+            let fan_out: HashSet<String> = rotations
+                .fan_out
+                .lock()
+                .map(|mut f| std::mem::take(&mut *f))
+                .unwrap_or_default();
+            let mut push_all = false;
             for (gear, op) in &ops {
                 if published_ops.get(gear) != Some(op) {
                     if let Ok(v) = serde_json::to_string(op) {
-                        c.publish(&format!("rot:{gear}"), v).await;
+                        c.publish(&format!("{}{gear}", keys::ROTATION_PREFIX), v)
+                            .await;
                     }
+                    push_all |= fan_out.contains(&op.epoch());
                 }
             }
+            let mut origins = BTreeSet::new();
             for (gear, ack) in &acks {
                 if published_acks.get(gear) != Some(ack) {
                     if let Ok(v) = serde_json::to_string(ack) {
-                        c.publish(&format!("ack:{gear}"), v).await;
+                        c.publish(&format!("{}{gear}", keys::ACK_PREFIX), v).await;
+                    }
+                    if let Some(op) = ops.get(gear).filter(|o| Some(&o.by) != self_id.as_ref()) {
+                        origins.insert(op.by.clone());
                     }
                 }
             }
-            if published_ops != ops || published_acks != acks {
+            if push_all {
                 c.push_now();
+            } else {
+                for origin in &origins {
+                    c.push_to(origin);
+                }
             }
         }
         published_ops = ops;
@@ -294,10 +413,16 @@ pub async fn run(
 }
 
 /// Bring one gear in line with its op; returns this balancer's acknowledgment.
-fn apply(rotations: &Rotations, router: &Router, gear: &str, op: &RotationOp, now_ms: u64) -> Ack {
+fn apply(
+    rotations: &Rotations,
+    router: &Router,
+    table: &crate::routing::RoutingTable,
+    gear: &str,
+    op: &RotationOp,
+    now_ms: u64,
+) -> Ack {
     let epoch = op.epoch();
-    let table = router.snapshot();
-    let entry = table.entries().iter().find(|e| e.backend.sticky == gear);
+    let entry = table.by_label(gear);
     let forced_before = rotations
         .forced
         .lock()
@@ -437,13 +562,13 @@ mod tests {
         let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(60));
         let backend = router.load().entries()[0].backend.clone();
         backend.stats.request_started();
-        let ack = apply(&rot, &router, "web1-ns", &o, unix_ms());
+        let ack = apply(&rot, &router, &router.snapshot(), "web1-ns", &o, unix_ms());
         assert_eq!(ack.state, AckState::Draining);
         assert_eq!(ack.inflight, 1);
         assert_eq!(router.load().entries()[0].state(), BackendState::Draining);
         assert!(router.load().select().is_none(), "no new requests");
         backend.stats.request_finished();
-        let ack = apply(&rot, &router, "web1-ns", &o, unix_ms());
+        let ack = apply(&rot, &router, &router.snapshot(), "web1-ns", &o, unix_ms());
         assert_eq!(ack.state, AckState::Drained);
         assert_eq!(ack.epoch, o.epoch());
         assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
@@ -458,12 +583,26 @@ mod tests {
         // An open tunnel: its upgrade request's session, counted once.
         backend.stats.request_started();
         backend.tunnels.fetch_add(1, Ordering::Relaxed);
-        let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 1);
+        let ack = apply(
+            &rot,
+            &router,
+            &router.snapshot(),
+            "web1-ns",
+            &o,
+            o.deadline_ms + 1,
+        );
         assert_eq!(ack.forced, 1);
         assert!(backend.pool.kill_token().is_cancelled());
         backend.tunnels.fetch_sub(1, Ordering::Relaxed);
         backend.stats.request_finished();
-        let ack = apply(&rot, &router, "web1-ns", &o, o.deadline_ms + 2);
+        let ack = apply(
+            &rot,
+            &router,
+            &router.snapshot(),
+            "web1-ns",
+            &o,
+            o.deadline_ms + 2,
+        );
         assert_eq!((ack.state, ack.forced), (AckState::Drained, 1));
     }
 
@@ -472,7 +611,7 @@ mod tests {
         let router = router_with("web1-ns");
         let rot = Rotations::new(vec![]);
         let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(60));
-        apply(&rot, &router, "web1-ns", &o, unix_ms());
+        apply(&rot, &router, &router.snapshot(), "web1-ns", &o, unix_ms());
         router.set_rotated_out(["web1-ns".to_string()].into_iter().collect());
         // update-cluster re-creating the gear (new address) keeps it out.
         router.replace_backends(vec![BackendSpec {
@@ -483,7 +622,7 @@ mod tests {
         }]);
         assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
         let i = rot.submit("web1-ns", Op::In, "lb2", Duration::ZERO);
-        let ack = apply(&rot, &router, "web1-ns", &i, unix_ms());
+        let ack = apply(&rot, &router, &router.snapshot(), "web1-ns", &i, unix_ms());
         assert_eq!(ack.state, AckState::Active);
         assert_eq!(router.load().entries()[0].state(), BackendState::Up);
         assert!(!router.load().entries()[0].backend.pool.is_closed());

@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 use crate::cluster::{self, Cluster, ClusterView};
 use crate::config::{self, backends_fingerprint, Config, ConfigErrors, EXIT_CONFIG};
 use crate::control::{self, Reply, Request};
-use crate::gear::{self, BadEntry, PeerSpec};
+use crate::gear::{self, BadEntry};
 use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
 use crate::rotation::{self, AckState, Op, Rotations};
@@ -91,6 +91,8 @@ pub struct App {
     /// pending file instead (see `state`).
     /// (`None` when the directory cannot hold the lock file: served all the same.)
     state_lock: Option<crate::state::StateLock>,
+    /// `cluster::peers_fingerprint` of `cluster.peers` at start, saved with the peers.
+    peers_config: String,
 }
 
 /// A balancer with its listeners bound, not yet serving.
@@ -161,15 +163,18 @@ impl Server {
             }
         };
         let mut saved_peers = Vec::new();
+        let mut saved_peers_config = None;
         let mut saved_rotations = Vec::new();
         let (specs, from_state) = match store.load() {
             Ok(Some(st)) if st.config_backends == fingerprint => {
                 saved_peers = st.peers;
+                saved_peers_config = st.peers_config;
                 saved_rotations = st.rotations;
                 (st.backends, true)
             }
             Ok(Some(st)) => {
                 saved_peers = st.peers;
+                saved_peers_config = st.peers_config;
                 saved_rotations = st.rotations;
                 info!("[[backends]] in the configuration changed since the state was saved: using the configuration");
                 (config_specs(&cfg), false)
@@ -219,21 +224,26 @@ impl Server {
             None if cfg.cluster.gossip() => Some(proxy_listener.local_addr()?),
             None => None,
         };
+        let peers_config = cluster::peers_fingerprint(&cfg.cluster.peers);
         let cluster = match gossip_listen {
             None => None,
             Some(listen) => {
-                let known = if saved_peers.is_empty() {
-                    cfg.cluster
-                        .peers
-                        .iter()
-                        .map(|a| PeerSpec {
-                            id: None,
-                            addr: a.clone(),
-                        })
-                        .collect()
-                } else {
-                    saved_peers
-                };
+                let (known, source) = cluster::combine_peers(
+                    &cfg.cluster.peers,
+                    &saved_peers,
+                    saved_peers_config.as_deref(),
+                );
+                match source {
+                    cluster::PeerSource::ConfigurationChanged { dropped } => info!(
+                        peers = known.len(),
+                        dropped,
+                        "cluster.peers changed since the state was saved: using the configuration, not the saved peer list"
+                    ),
+                    cluster::PeerSource::Saved => {
+                        info!(peers = known.len(), "known peer balancers from the state file")
+                    }
+                    cluster::PeerSource::Configured => {}
+                }
                 Some(Cluster::start(&cfg.cluster, listen, known, cfg.gear.name.clone()).await?)
             }
         };
@@ -279,6 +289,7 @@ impl Server {
                 config_backends: fingerprint.clone(),
                 backends: router.specs(),
                 peers: cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                peers_config: Some(peers_config.clone()),
                 rotations: rotations.ops().into_values().collect(),
             };
             if let Err(e) = store.save(&st) {
@@ -363,6 +374,7 @@ impl Server {
                 .as_deref()
                 .map(crate::cartridge::registry::path),
             state_lock,
+            peers_config,
             config: tokio::sync::Mutex::new(cfg),
         });
         if let Some(p) = pending {
@@ -454,6 +466,24 @@ impl Server {
             },
             stop.clone(),
         ));
+        if let Some(c) = &app.cluster {
+            // Identities learnt from addresses are kept in the state file.
+            let mut learned = c.subscribe_learned();
+            let weak = Arc::downgrade(&app);
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        r = learned.changed() => if r.is_err() { return },
+                    }
+                    let Some(app) = weak.upgrade() else { return };
+                    if let Err(e) = app.persist() {
+                        error!(error = %e, "learnt peer identities not saved");
+                    }
+                }
+            });
+        }
         let cluster_tasks = app.cluster.clone().map(|c| {
             (
                 tokio::spawn(c.clone().run(stop.clone())),
@@ -644,6 +674,7 @@ impl App {
                     .unwrap_or_default(),
                 backends: self.router.specs(),
                 peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+                peers_config: Some(self.peers_config.clone()),
                 rotations: self.rotations.ops().into_values().collect(),
             })
             .map_err(|e| e.to_string())
@@ -770,7 +801,7 @@ impl App {
     pub fn cluster_view(&self) -> ClusterView {
         match &self.cluster {
             Some(c) => {
-                let mut view = (*c.view()).clone();
+                let mut view = (*c.view()).clone().with_loads();
                 view.gossip = c.gossip_counters();
                 view
             }
@@ -985,11 +1016,17 @@ impl App {
             .cloned();
         let submitted = match joined {
             Some(o) => o,
-            None => self.rotations.submit(&label, op, &self.self_id, timeout),
+            None => {
+                let o = self.rotations.submit(&label, op, &self.self_id, timeout);
+                // The balancer that took the command hands its op to every live peer
+                // at once. Not on the node's path: the node asks every balancer itself,
+                // and M balancers each pushing to all would be M² messages.
+                if !node {
+                    self.rotations.fan_out(o.epoch());
+                }
+                o
+            }
         };
-        if let Some(c) = &self.cluster {
-            c.push_now();
-        }
         let mut epoch = submitted.epoch();
         let done_state = match op {
             Op::Out => AckState::Drained,
@@ -1003,6 +1040,8 @@ impl App {
         info!(gear = %label, epoch = %epoch, "{verb} started");
         let mut last_line = String::new();
         let mut self_done_at: Option<tokio::time::Instant> = None;
+        let mut views = self.cluster.as_ref().map(|c| c.subscribe());
+        let mut own_acks = self.rotations.subscribe_acks();
         let (acked, pending, inflight, forced, superseded) = loop {
             // Two balancers took the same command at once: the later op of the same
             // direction wins everywhere, and is the one to wait for.
@@ -1011,35 +1050,26 @@ impl App {
                     epoch = o.epoch();
                 }
             }
-            let view = self.cluster_view();
-            let mut acks: BTreeMap<String, Option<rotation::Ack>> = BTreeMap::new();
-            acks.insert(
-                self.self_id.clone(),
-                self.rotations.acks().get(&label).cloned(),
+            let view = match &self.cluster {
+                Some(c) => c.view(),
+                None => Arc::new(ClusterView::single(&self.self_id)),
+            };
+            let own = self.rotations.acks().get(&label).cloned();
+            let rotation::Progress {
+                acked,
+                pending,
+                inflight,
+                forced,
+            } = rotation::progress(
+                &self.self_id,
+                own.as_ref(),
+                view.peers.iter().filter(|p| p.live).filter_map(|p| {
+                    let id = p.id.as_deref()?;
+                    Some((id, view.acks.get(id).and_then(|m| m.get(&label))))
+                }),
+                &epoch,
+                done_state,
             );
-            for peer in view.peers.iter().filter(|p| p.live) {
-                if let Some(id) = &peer.id {
-                    let a = view.acks.get(id).and_then(|m| m.get(&label)).cloned();
-                    acks.insert(id.clone(), a);
-                }
-            }
-            let current =
-                |a: &Option<rotation::Ack>| a.as_ref().filter(|a| a.epoch == epoch).cloned();
-            let acked: Vec<String> = acks
-                .iter()
-                .filter(|(_, a)| current(a).is_some_and(|a| a.state == done_state))
-                .map(|(id, _)| id.clone())
-                .collect();
-            let pending: Vec<String> = acks
-                .keys()
-                .filter(|id| !acked.contains(id))
-                .cloned()
-                .collect();
-            let inflight: u64 = acks.values().filter_map(current).map(|a| a.inflight).sum();
-            let forced: BTreeMap<String, u64> = acks
-                .iter()
-                .filter_map(|(id, a)| current(a).map(|a| (id.clone(), a.forced)))
-                .collect();
             // Only a later op in the other direction undoes this one (a later one in
             // the same direction is followed at the top of the next round).
             let superseded = self
@@ -1052,7 +1082,7 @@ impl App {
             let line = format!(
                 "{verb} {label}: acks {}/{}, in flight {inflight}, time left {}s",
                 acked.len(),
-                acks.len(),
+                acked.len() + pending.len(),
                 match op {
                     Op::Out => timeout.saturating_sub(started.elapsed()).as_secs(),
                     Op::In => left.as_secs(),
@@ -1072,7 +1102,18 @@ impl App {
             if pending.is_empty() || superseded.is_some() || left.is_zero() || peers_waited_enough {
                 break (acked, pending, inflight, forced, superseded);
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            // Wake on news (a peer's ack, our own, a change of the live set), or after
+            // a tenth of a second for the countdown.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = own_acks.changed() => {}
+                _ = async {
+                    match views.as_mut() {
+                        Some(v) => { let _ = v.changed().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+            }
         };
 
         let view = self.cluster_view();
@@ -1199,9 +1240,7 @@ impl App {
         }
         let timeout = self.config.lock().await.rotate.timeout;
         let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
-        if let Some(c) = &self.cluster {
-            c.push_now();
-        }
+        self.rotations.fan_out(submitted.epoch());
         info!(gear = %label, server, epoch = %submitted.epoch(), op = ?op, "rotation submitted (stats socket), not waiting for acknowledgments");
         Ok((label, true))
     }

@@ -77,9 +77,14 @@ pub struct PersistedState {
     /// `config::backends_fingerprint` of the config's `[[backends]]` when saved.
     pub config_backends: String,
     pub backends: Vec<BackendSpec>,
-    /// The known peer balancers (from `set-peers`), when gossip is on.
+    /// The known peer balancers (from `set-peers`, or `cluster.peers` with the ids
+    /// learnt at their addresses), when gossip is on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<crate::gear::PeerSpec>,
+    /// `cluster::peers_fingerprint` of the configuration's `cluster.peers` when saved
+    /// (absent in files of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers_config: Option<String>,
     /// Rotation ops in force, one per gear: rotated-out gears stay out across restarts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rotations: Vec<crate::rotation::RotationOp>,
@@ -321,6 +326,7 @@ mod tests {
                 })
                 .collect(),
             peers: Vec::new(),
+            peers_config: None,
             rotations: Vec::new(),
         }
     }

@@ -391,3 +391,116 @@ async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
         "the stop waited for gossip connections"
     );
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Three balancers that know each other by address only (`cluster.peers`, no ids).
+fn address_only_config(dir: &Path, id: &str, me: u16, others: &[u16]) -> String {
+    let peers: Vec<String> = others
+        .iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    config_text(
+        dir,
+        &[],
+        &format!(
+            "[cluster]\nnode_id = \"{id}\"\nid = \"app1\"\ntransport = \"tcp\"\nlisten = \"127.0.0.1:{me}\"\npeers = [{}]\nsecret = \"{SECRET}\"\ngossip_interval = \"100ms\"\n",
+            peers.join(", ")
+        ),
+    )
+}
+
+/// Address-only peers keep the identity learnt from their address when they die: the
+/// quorum base never shrinks, so a balancer left alone has no quorum (and says that it
+/// reaches nobody); a restart with other ports in `cluster.peers` uses them, not the
+/// saved list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn address_only_peers_keep_their_identity_and_configured_ports_win() {
+    let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
+    let ids = ["lb1", "lb2", "lb3"];
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let write = |ports: &[u16]| {
+        for i in 0..3 {
+            let others: Vec<u16> = (0..3).filter(|j| *j != i).map(|j| ports[j]).collect();
+            let text = address_only_config(dirs[i].path(), ids[i], ports[i], &others);
+            std::fs::write(dirs[i].path().join("gearlb.toml"), text).unwrap();
+        }
+    };
+    write(&ports);
+    let start = |i: usize| Gearlb::start_file(dirs[i].path(), &dirs[i].path().join("gearlb.toml"));
+    let mut lbs: Vec<Gearlb> = (0..3).map(start).collect();
+    let all: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    assert!(
+        wait_for(Duration::from_secs(8), || lbs
+            .iter()
+            .all(|lb| lb.live() == all))
+        .await
+        .is_some(),
+        "address-only peers did not form a cluster"
+    );
+    // The ids learnt from the addresses reach the state file.
+    let saved = wait_for(Duration::from_secs(5), || {
+        let st =
+            std::fs::read_to_string(dirs[0].path().join("data/state.json")).unwrap_or_default();
+        st.contains("\"lb2\"") && st.contains("\"lb3\"") && st.contains("\"learned\": true")
+    })
+    .await;
+    assert!(saved.is_some(), "learnt ids not saved");
+
+    // lb2 and lb3 die: lb1 still knows them by id, counts three, and has no quorum.
+    for lb in &mut lbs[1..] {
+        let _ = lb.child.kill();
+        let _ = lb.child.wait();
+    }
+    let alone = wait_for(Duration::from_secs(5), || {
+        lbs[0].live() == vec!["lb1".to_string()]
+    })
+    .await;
+    assert!(alone.is_some());
+    let peers = lbs[0].peers();
+    let known: BTreeSet<&str> = peers["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["known"] == true)
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    assert_eq!(known, ["lb2", "lb3"].into_iter().collect(), "{peers}");
+    assert_eq!(peers["known_count"], 3);
+    let scaler = &lbs[0].status_json()["scaler"];
+    assert_eq!(scaler["quorum"], false, "{scaler}");
+    assert_eq!(scaler["acting"], false);
+    assert_eq!(scaler["known"], 3);
+    let warned = wait_for(Duration::from_secs(15), || {
+        lbs[0]
+            .log_text()
+            .contains("no known peer balancer reachable")
+    })
+    .await;
+    assert!(warned.is_some(), "a balancer that reaches nobody says so");
+
+    // Everyone restarts from its state directory with other ports in cluster.peers: the
+    // configuration wins over the saved list, and they form a cluster again.
+    let _ = lbs[0].child.kill();
+    let _ = lbs[0].child.wait();
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    write(&ports);
+    let lbs: Vec<Gearlb> = (0..3).map(start).collect();
+    assert!(
+        wait_for(Duration::from_secs(8), || lbs
+            .iter()
+            .all(|lb| lb.live() == all))
+        .await
+        .is_some(),
+        "balancers restarted with new ports did not join"
+    );
+    assert!(lbs[0]
+        .log_text()
+        .contains("cluster.peers changed since the state was saved"));
+}

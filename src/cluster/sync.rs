@@ -1,12 +1,14 @@
 //! Keeps this balancer's routing table and its gossip keys in step with the cluster.
 //!
-//! Owns the loop that, whenever the cluster view or the backend set changes, recomputes
-//! this balancer's subset (`routing::subset::assign` over the live balancers), marks
-//! out-of-subset gears up or down from the health their covering balancers report, and
-//! publishes this balancer's own `health` (for the gears it covers) and, once a second,
-//! its `load`.
+//! Owns the loop that, whenever the live balancers, the backend set, the coverage or a
+//! peer's health report changes, recomputes every live balancer's subset
+//! (`routing::subset`), marks this balancer's gears in or out of its subset, sets the
+//! health of the others from the peers' reports ([`super::ClusterView::remote_health`]),
+//! and publishes this balancer's own health report: its subset epoch (`hs`) and the
+//! gears of its subset found down, in bounded buckets (`hd:`, see [`super::keys`]).
+//! It also publishes this balancer's `load` once a second.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +16,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::{Cluster, Load};
+use super::{keys, Cluster, Load};
 use crate::routing::{subset, Router};
 use crate::stats::FrontendStats;
+
+/// What subsets and remote health are computed from: (the versions of) the live
+/// balancers and when they started, the routing table's generation, the coverage and
+/// (the version of) the peers' health reports.
+type Inputs = (u64, u64, u32, u64);
 
 /// Run until `stop`.
 pub async fn run(
@@ -30,9 +37,12 @@ pub async fn run(
     let mut tables = router.subscribe();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_health = String::new();
     let mut last_requests = frontend.requests_total.load(Ordering::Relaxed);
     let mut last_subset: Option<(usize, usize)> = None;
+    // What the routing table was last brought in line with.
+    let mut applied: Option<Inputs> = None;
+    let mut published_epoch = String::new();
+    let mut published_down: BTreeMap<String, String> = BTreeMap::new();
     loop {
         let mut publish_load = false;
         tokio::select! {
@@ -42,44 +52,84 @@ pub async fn run(
             _ = tick.tick() => publish_load = true,
         }
         let view = cluster.view();
-        let table = router.snapshot();
-        let labels: Vec<&str> = table
-            .entries()
-            .iter()
-            .map(|e| e.backend.sticky.as_str())
-            .collect();
-        let live: Vec<&str> = view.live.iter().map(String::as_str).collect();
-        let mine = subset::assign(
-            cluster.self_id(),
-            &live,
-            &labels,
-            coverage.load(Ordering::Relaxed),
-        );
-        router.apply_cluster(
-            |label| mine.contains(label),
-            |label| view.remote_health(label),
-        );
-        if last_subset != Some((mine.len(), live.len())) {
-            info!(
-                gears = mine.len(),
-                of = labels.len(),
-                balancers = live.len(),
-                "subset computed"
+        let generation = *tables.borrow_and_update();
+        let cov = coverage.load(Ordering::Relaxed);
+        let unchanged = applied.as_ref().is_some_and(|(members, g, c, reports)| {
+            *members == view.versions.members
+                && *g == generation
+                && *c == cov
+                && *reports == view.versions.reports
+        });
+        if !unchanged {
+            let table = router.snapshot();
+            let labels: Vec<&str> = table
+                .entries()
+                .iter()
+                .map(|e| e.backend.sticky.as_str())
+                .collect();
+            let live: Vec<&str> = view.live.iter().map(String::as_str).collect();
+            // Subsets depend on when each balancer started: so does the epoch.
+            let members: Vec<(&str, u64)> = live
+                .iter()
+                .map(|id| (*id, view.started.get(*id).copied().unwrap_or(0)))
+                .collect();
+            let named: Vec<String> = members.iter().map(|(id, g)| format!("{id}@{g}")).collect();
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+            let epoch = keys::subset_epoch(&named, &labels, cov);
+            let all = subset::Assignment::new(&members, &labels, cov);
+            let mine: HashSet<&str> = labels
+                .iter()
+                .copied()
+                .filter(|l| all.covers(cluster.self_id(), l))
+                .collect();
+            router.apply_cluster(
+                |label| mine.contains(label),
+                |label| view.remote_health(label, &epoch, |peer, l| all.covers(peer, l)),
             );
-            last_subset = Some((mine.len(), live.len()));
-        }
+            if last_subset != Some((mine.len(), live.len())) {
+                info!(
+                    gears = mine.len(),
+                    of = labels.len(),
+                    balancers = live.len(),
+                    "subset computed"
+                );
+                last_subset = Some((mine.len(), live.len()));
+            }
 
-        let now = router.snapshot();
-        let health: BTreeMap<&str, bool> = now
-            .entries()
-            .iter()
-            .filter(|e| e.in_subset)
-            .map(|e| (e.backend.sticky.as_str(), e.up))
-            .collect();
-        let health = serde_json::to_string(&health).unwrap_or_default();
-        if health != last_health {
-            cluster.publish("health", health.clone()).await;
-            last_health = health;
+            let now = router.snapshot();
+            let down = keys::down_buckets(
+                now.entries()
+                    .iter()
+                    .filter(|e| e.in_subset && !e.up)
+                    .map(|e| e.backend.sticky.as_str()),
+            );
+            let mut writes: Vec<(String, String)> = Vec::new();
+            for (k, v) in &down {
+                if published_down.get(k) != Some(v) {
+                    writes.push((k.clone(), v.clone()));
+                }
+            }
+            for (k, v) in &published_down {
+                if !down.contains_key(k) && v != "[]" {
+                    writes.push((k.clone(), "[]".into()));
+                }
+            }
+            if epoch != published_epoch {
+                writes.push((keys::SUBSET_EPOCH.into(), epoch.clone()));
+                published_epoch = epoch;
+            }
+            for (k, v) in writes {
+                published_down.insert(k.clone(), v.clone());
+                cluster.publish(&k, v).await;
+            }
+            published_down.retain(|k, _| k.starts_with(keys::DOWN_PREFIX));
+            // Our own edits published a new table: that one is in line already.
+            applied = Some((
+                view.versions.members,
+                *tables.borrow_and_update(),
+                cov,
+                view.versions.reports,
+            ));
         }
 
         if publish_load {
@@ -93,7 +143,7 @@ pub async fn run(
             };
             last_requests = requests;
             if let Ok(v) = serde_json::to_string(&load) {
-                cluster.publish("load", v).await;
+                cluster.publish(keys::LOAD, v).await;
             }
         }
     }

@@ -699,8 +699,11 @@ fn spawn_writer(
                 }
             }
             if let Some(s) = conn.as_mut() {
-                let len = (frame.len() as u32).to_be_bytes();
-                let ok = s.write_all(&len).await.is_ok() && s.write_all(&frame).await.is_ok();
+                // Length prefix and frame in one write: one system call per frame.
+                let mut buf = Vec::with_capacity(4 + frame.len());
+                buf.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+                buf.extend_from_slice(&frame);
+                let ok = s.write_all(&buf).await.is_ok();
                 if !ok {
                     stats.send_failures.fetch_add(1, Ordering::Relaxed);
                     conn = None;
@@ -786,7 +789,9 @@ async fn serve_inbound(
                 }
             };
             tokio::select! {
-                r = read_frames(stream, &auth, &stats, &inbound, &proven) => {
+                // Buffered: a frame's length and body (and often the next frame) in one
+                // system call.
+                r = read_frames(tokio::io::BufReader::with_capacity(64 * 1024, stream), &auth, &stats, &inbound, &proven) => {
                     if let Err(e) = r {
                         debug!(peer = %peer, error = %e, "gossip connection closed");
                     }

@@ -238,6 +238,11 @@ impl RoutingTable {
         self.entries.iter().find(|e| e.backend.name() == name)
     }
 
+    /// The entry of the gear with this sticky label (`<gearname>-<ns>`).
+    pub fn by_label(&self, label: &str) -> Option<&Entry> {
+        self.by_sticky.get(label).map(|&i| &self.entries[i])
+    }
+
     pub fn selectable_count(&self) -> usize {
         self.selectable.len()
     }

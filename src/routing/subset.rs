@@ -1,24 +1,30 @@
 //! Coverage-limited subsets: which web gears each balancer talks to.
 //!
-//! A pure function of (live balancers, gears, coverage C): every balancer computes the
-//! same assignment from the same inputs, with no coordination.
+//! A pure function of (live balancers with their start times, gears, coverage C):
+//! every balancer computes the same assignment from the same inputs, with no
+//! coordination. Each balancer gets exactly `k = max(⌈C·N⌉, ⌈N/M⌉)` gears (at least
+//! 2 when N ≥ 2, at most N), and every gear is covered by `a = ⌊kM/N⌋` or `a + 1`
+//! balancers (spread ≤ 1, never 0).
 //!
-//! The scheme: gears sit on a ring ordered by a hash of their name (a stable position
-//! that does not depend on which other gears exist); the M live balancers, in node-id
-//! order, start at evenly spaced ring positions `floor(i·N/M)`, and each takes the `k`
-//! consecutive gears from its start, where `k = max(⌈C·N⌉, ⌈N/M⌉)`, at least 2 when
-//! N ≥ 2 and at most N. Properties (tested exhaustively for small sizes):
-//! - every gear is covered: consecutive starts are at most ⌈N/M⌉ ≤ k apart;
-//! - each balancer has exactly k gears (all of them at C = 100%);
-//! - coverage is even: the starts `floor(i·N/M)` are a balanced sequence, so any window
-//!   of k ring positions holds ⌊kM/N⌋ or ⌈kM/N⌉ of them: per-gear balancer counts
-//!   differ by at most one;
-//! - churn is low: one gear added or removed shifts each slice by at most a position or
-//!   two; one balancer added or removed moves the starts by at most N/(M+1) positions.
+//! The scheme ([`Assignment`]): every (balancer, gear) pair has a stable pseudo-random
+//! score (rendezvous hashing); pairs are taken greedily, best score first, while the
+//! balancer has fewer than k gears and the gear fewer than a coverers, then again up
+//! to a + 1; a deterministic augmenting-path repair completes the rare cases the
+//! greedy leaves short (a balancer or gear whose remaining pairs all hit full ones).
+//! This is the stable many-to-many matching of the scores: a balancer leaving frees
+//! its gears, and they go to their next-best balancers with spare room, so little
+//! else moves. A balancer's score is lowered by its start time (one whole score range
+//! per minute of difference, chitchat's generation, the same for every observer):
+//! balancers started together compete as equals, one started later (a new balancer,
+//! a restart) never outbids the others, and takes the gears with spare coverage,
+//! which is the least any join can move. `examples/subsets.rs` measures the churn of
+//! a join and a leave against a lower bound on the minimum (`bench/CLUSTER.md`).
 //!
-//! This is the contiguous-slice family of Google's Ringsteady and Finagle's aperture
-//! rings (without fractional weights: Twitter's deterministic aperture is patented and
-//! not used). `examples/subsets.rs` measures it next to rendezvous hashing.
+//! The older scheme, contiguous ring slices from evenly spaced starts ([`ring_assign`],
+//! the contiguous-slice family of Google's Ringsteady), balances as well but moves
+//! most assignments when the number of balancers changes; it remains as the fallback
+//! should the repair ever fail. Twitter's deterministic aperture is patented and not
+//! used.
 
 use std::collections::BTreeSet;
 
@@ -56,9 +62,22 @@ pub fn slice(rank: usize, m: usize, n: usize, k: usize) -> impl Iterator<Item = 
     (0..k.min(n)).map(move |j| (start + j) % n.max(1))
 }
 
-/// The gears covered by balancer `me` among `balancers` (live node ids; order does not
-/// matter, they are sorted here). A balancer not in the list covers nothing.
+/// The gears balancer `me` covers among `balancers` (all started at the same time):
+/// [`Assignment`] for one balancer. A balancer not in the list covers nothing.
 pub fn assign<'a>(
+    me: &str,
+    balancers: &[&str],
+    gears: &[&'a str],
+    percent: u32,
+) -> BTreeSet<&'a str> {
+    let members: Vec<(&str, u64)> = balancers.iter().map(|b| (*b, 0)).collect();
+    let a = Assignment::new(&members, gears, percent);
+    gears.iter().copied().filter(|g| a.covers(me, g)).collect()
+}
+
+/// The ring-slice scheme: balancer `me` of `balancers` covers the k consecutive gears
+/// of the ring (gears ordered by stable hash) from position `rank·N/M`.
+pub fn ring_assign<'a>(
     me: &str,
     balancers: &[&str],
     gears: &[&'a str],
@@ -77,6 +96,246 @@ pub fn assign<'a>(
         .collect()
 }
 
+/// A balancer's score range per minute of later start.
+const TIER_MS: i128 = 60_000;
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64's finaliser: every input bit moves every output bit.
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Every live balancer's subset at once (see the module doc): what a balancer needs to
+/// know which gears it covers, and which a peer covers (and so reports the health of).
+#[derive(Clone, Debug, Default)]
+pub struct Assignment {
+    /// Balancer id → its index.
+    balancers: std::collections::HashMap<String, usize>,
+    /// Gear → its index.
+    gears: std::collections::HashMap<String, usize>,
+    /// Per balancer, the indices of its gears, sorted.
+    sets: Vec<Vec<u32>>,
+    k: usize,
+}
+
+impl Assignment {
+    /// The subsets of `balancers` (id, start time in Unix milliseconds; duplicates
+    /// ignored) over `gears` at coverage `percent`.
+    pub fn new(balancers: &[(&str, u64)], gears: &[&str], percent: u32) -> Self {
+        let mut bs: Vec<(&str, u64)> = balancers.to_vec();
+        bs.sort_unstable();
+        bs.dedup_by(|a, b| a.0 == b.0);
+        let mut gs: Vec<&str> = gears.to_vec();
+        gs.sort_unstable();
+        gs.dedup();
+        let (m, n) = (bs.len(), gs.len());
+        let k = subset_size(n, m, percent);
+        let sets = if k == n {
+            vec![(0..n as u32).collect(); m]
+        } else {
+            greedy(&bs, &gs, k).unwrap_or_else(|| ring_sets(&bs, &gs, k))
+        };
+        Assignment {
+            balancers: bs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.0.to_string(), i))
+                .collect(),
+            gears: gs
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.to_string(), i))
+                .collect(),
+            sets,
+            k,
+        }
+    }
+
+    /// Whether `balancer` covers `gear`.
+    pub fn covers(&self, balancer: &str, gear: &str) -> bool {
+        let (Some(&b), Some(&g)) = (self.balancers.get(balancer), self.gears.get(gear)) else {
+            return false;
+        };
+        self.sets[b].binary_search(&(g as u32)).is_ok()
+    }
+
+    /// Gears per balancer.
+    pub fn subset_size(&self) -> usize {
+        self.k
+    }
+}
+
+/// The ring-slice sets (the fallback).
+fn ring_sets(bs: &[(&str, u64)], gs: &[&str], k: usize) -> Vec<Vec<u32>> {
+    let index: std::collections::HashMap<&str, u32> =
+        gs.iter().enumerate().map(|(i, g)| (*g, i as u32)).collect();
+    let ring = ring(gs.iter().copied());
+    let (m, n) = (bs.len(), ring.len());
+    (0..m)
+        .map(|rank| {
+            let mut v: Vec<u32> = slice(rank, m, n, k).map(|i| index[ring[i]]).collect();
+            v.sort_unstable();
+            v
+        })
+        .collect()
+}
+
+/// The greedy stable assignment with its repair; `None` if the repair failed (never
+/// seen; the caller then falls back to ring slices).
+fn greedy(bs: &[(&str, u64)], gs: &[&str], k: usize) -> Option<Vec<Vec<u32>>> {
+    let (m, n) = (bs.len(), gs.len());
+    let a = m * k / n;
+    let first = bs.iter().map(|b| b.1).min().unwrap_or(0);
+    let hb: Vec<u64> = bs.iter().map(|b| stable_hash(b.0)).collect();
+    let hg: Vec<u64> = gs.iter().map(|g| stable_hash(g)).collect();
+    let penalty: Vec<i128> = bs
+        .iter()
+        .map(|b| (i128::from(b.1 - first) << 48) / TIER_MS)
+        .collect();
+    let mut edges: Vec<(i128, u32, u32)> = Vec::with_capacity(m * n);
+    for (i, b) in hb.iter().enumerate() {
+        for (j, g) in hg.iter().enumerate() {
+            let score = i128::from(mix(b ^ g.rotate_left(32)) >> 16) - penalty[i];
+            edges.push((score, i as u32, j as u32));
+        }
+    }
+    edges.sort_unstable_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    let mut has = vec![false; m * n];
+    let mut bcnt = vec![0usize; m];
+    let mut gcnt = vec![0usize; n];
+    for cap in [a, a + 1] {
+        for &(_, i, j) in &edges {
+            let (i, j) = (i as usize, j as usize);
+            if bcnt[i] < k && gcnt[j] < cap && !has[i * n + j] {
+                has[i * n + j] = true;
+                bcnt[i] += 1;
+                gcnt[j] += 1;
+            }
+        }
+    }
+    repair(&mut has, &mut bcnt, &mut gcnt, m, n, k, a)?;
+    // Trust nothing: the fallback is better than an assignment off by one.
+    let valid = (0..m).all(|i| (0..n).filter(|&j| has[i * n + j]).count() == k)
+        && (0..n).all(|j| (a..=a + 1).contains(&(0..m).filter(|&i| has[i * n + j]).count()));
+    if !valid {
+        return None;
+    }
+    Some(
+        (0..m)
+            .map(|i| (0..n as u32).filter(|j| has[i * n + *j as usize]).collect())
+            .collect(),
+    )
+}
+
+/// Largest search of one repair step before giving up.
+const REPAIR_BUDGET: usize = 1 << 22;
+
+/// Bring every balancer to k gears and every gear to a or a + 1 coverers by augmenting
+/// paths (each moves gears along a chain of balancers); deterministic. `None` if a
+/// step finds no path within its budget.
+fn repair(
+    has: &mut [bool],
+    bcnt: &mut [usize],
+    gcnt: &mut [usize],
+    m: usize,
+    n: usize,
+    k: usize,
+    a: usize,
+) -> Option<()> {
+    use std::collections::VecDeque;
+    loop {
+        if let Some(start) = (0..m).find(|&i| bcnt[i] < k) {
+            // A balancer short: it takes a gear with room, or takes a full gear from a
+            // holder that then does the same.
+            let mut parent: Vec<Option<(usize, usize)>> = vec![None; m];
+            let mut seen = vec![false; m];
+            seen[start] = true;
+            let mut queue = VecDeque::from([start]);
+            let mut work = 0usize;
+            let mut end = None;
+            'search: while let Some(x) = queue.pop_front() {
+                for want in [a, a + 1] {
+                    if let Some(y) = (0..n).find(|&y| !has[x * n + y] && gcnt[y] < want) {
+                        end = Some((x, y));
+                        break 'search;
+                    }
+                }
+                for y in (0..n).filter(|&y| !has[x * n + y]) {
+                    for z in 0..m {
+                        work += 1;
+                        if !seen[z] && has[z * n + y] {
+                            seen[z] = true;
+                            parent[z] = Some((x, y));
+                            queue.push_back(z);
+                        }
+                    }
+                }
+                if work > REPAIR_BUDGET {
+                    return None;
+                }
+            }
+            let (mut cur, y) = end?;
+            has[cur * n + y] = true;
+            gcnt[y] += 1;
+            bcnt[start] += 1;
+            while let Some((p, g)) = parent[cur] {
+                has[cur * n + g] = false;
+                has[p * n + g] = true;
+                cur = p;
+            }
+            continue;
+        }
+        if let Some(start) = (0..n).find(|&j| gcnt[j] < a) {
+            // A gear short while every balancer is full: a balancer without it takes
+            // it and drops one of its gears with a + 1 coverers, or drops one with a,
+            // which is then short in turn.
+            let mut parent: Vec<Option<(usize, usize)>> = vec![None; n];
+            let mut seen = vec![false; n];
+            seen[start] = true;
+            let mut queue = VecDeque::from([start]);
+            let mut work = 0usize;
+            let mut end = None;
+            'search: while let Some(y) = queue.pop_front() {
+                for x in (0..m).filter(|&x| !has[x * n + y]) {
+                    for w in (0..n).filter(|&w| has[x * n + w]) {
+                        work += 1;
+                        if gcnt[w] > a {
+                            end = Some((x, y, w));
+                            break 'search;
+                        }
+                        if !seen[w] {
+                            seen[w] = true;
+                            parent[w] = Some((x, y));
+                            queue.push_back(w);
+                        }
+                    }
+                }
+                if work > REPAIR_BUDGET {
+                    return None;
+                }
+            }
+            let (x, mut y, w) = end?;
+            // x takes y and drops w; walking back, each short gear on the path was
+            // dropped by the balancer that took its predecessor.
+            has[x * n + y] = true;
+            has[x * n + w] = false;
+            gcnt[w] -= 1;
+            gcnt[start] += 1;
+            while let Some((px, py)) = parent[y] {
+                // `px` took `py` and dropped `y`.
+                has[px * n + py] = true;
+                has[px * n + y] = false;
+                y = py;
+            }
+            continue;
+        }
+        return Some(());
+    }
+}
+
 /// Rendezvous (highest-random-weight) subsets, for comparison in the simulation: each
 /// balancer takes the k gears with the highest hash of (balancer, gear).
 pub fn rendezvous<'a>(me: &str, gears: &[&'a str], k: usize) -> BTreeSet<&'a str> {
@@ -91,18 +350,10 @@ pub fn rendezvous<'a>(me: &str, gears: &[&'a str], k: usize) -> BTreeSet<&'a str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn names(prefix: &str, n: usize) -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i}")).collect()
-    }
-
-    /// Per-gear count of covering balancers.
-    fn coverage(bs: &[&str], gears: &[&str], percent: u32) -> Vec<usize> {
-        let sets: Vec<BTreeSet<&str>> = bs.iter().map(|b| assign(b, bs, gears, percent)).collect();
-        gears
-            .iter()
-            .map(|g| sets.iter().filter(|s| s.contains(g)).count())
-            .collect()
     }
 
     fn check(m: usize, n: usize, percent: u32) {
@@ -111,8 +362,17 @@ mod tests {
         let bs: Vec<&str> = bn.iter().map(String::as_str).collect();
         let gears: Vec<&str> = gn.iter().map(String::as_str).collect();
         let k = subset_size(n, m, percent);
+        let members: Vec<(&str, u64)> = bs.iter().map(|b| (*b, 0)).collect();
+        let all = Assignment::new(&members, &gears, percent);
+        let subset = |b: &str| -> BTreeSet<&str> {
+            gears.iter().copied().filter(|g| all.covers(b, g)).collect()
+        };
+        let cov: Vec<usize> = gears
+            .iter()
+            .map(|g| bs.iter().filter(|b| all.covers(b, g)).count())
+            .collect();
         for b in &bs {
-            let s = assign(b, &bs, &gears, percent);
+            let s = subset(b);
             assert_eq!(s.len(), k, "m={m} n={n} c={percent}: subset size");
             if n >= 2 {
                 assert!(s.len() >= 2);
@@ -122,7 +382,6 @@ mod tests {
             }
             assert!(s.len() >= (n * percent as usize).div_ceil(100).min(n));
         }
-        let cov = coverage(&bs, &gears, percent);
         if n > 0 {
             let (min, max) = (cov.iter().min().unwrap(), cov.iter().max().unwrap());
             assert!(*min >= 1, "m={m} n={n} c={percent}: uncovered gear {cov:?}");
@@ -167,18 +426,151 @@ mod tests {
     }
 
     #[test]
-    fn one_gear_more_changes_few_assignments() {
-        let gn = names("g", 100);
+    fn one_gear_more_or_less_changes_few_assignments() {
+        // A gear added or removed changes k by one at most: every balancer gains or
+        // loses a gear, plus the few moves that cascade: at most four per balancer.
+        for (m, n, percent) in [(5, 100, 20), (10, 1000, 10), (30, 1000, 50)] {
+            let gn = names("g", n);
+            let bn = names("lb", m);
+            let members: Vec<(&str, u64)> = bn.iter().map(|b| (b.as_str(), 0)).collect();
+            let before: Vec<&str> = gn.iter().map(String::as_str).collect();
+            let mut more = before.clone();
+            more.push("newcomer");
+            let fewer = before[1..].to_vec();
+            let x = all_sets(&members, &before, percent);
+            for after in [&more, &fewer] {
+                let y = all_sets(&members, after, percent);
+                let moved = changes(&x, &y);
+                assert!(
+                    moved <= 4 * m,
+                    "m={m} n={n} c={percent}: {moved} changes for one gear"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_assignment_agrees_with_each_balancers_own_subset() {
+        let gn = names("g", 37);
         let bn = names("lb", 5);
+        let gears: Vec<&str> = gn.iter().map(String::as_str).collect();
         let bs: Vec<&str> = bn.iter().map(String::as_str).collect();
-        let before: Vec<&str> = gn.iter().map(String::as_str).collect();
-        let mut after = before.clone();
-        after.push("newcomer");
-        for b in &bs {
-            let x = assign(b, &bs, &before, 20);
-            let y = assign(b, &bs, &after, 20);
-            let changed = x.symmetric_difference(&y).count();
-            assert!(changed <= 4, "{b}: {changed} changes for one added gear");
+        let members: Vec<(&str, u64)> = bs.iter().map(|b| (*b, 0)).collect();
+        for percent in [10, 40, 100] {
+            let a = Assignment::new(&members, &gears, percent);
+            for b in &bs {
+                let mine = assign(b, &bs, &gears, percent);
+                for g in &gears {
+                    assert_eq!(a.covers(b, g), mine.contains(g), "{b} {g} {percent}");
+                }
+            }
+            assert!(!a.covers("stranger", gears[0]));
+            assert!(!a.covers(bs[0], "no-such-gear"));
+        }
+    }
+
+    /// The least total of (balancer, gear) changes any assignment with spread ≤ 1 and
+    /// `k'` gears each needs to go from `before` to a world of `after` balancers.
+    fn lower_bound(
+        before: &BTreeMap<&str, BTreeSet<&str>>,
+        after: &[&str],
+        gears: &[&str],
+        percent: u32,
+    ) -> usize {
+        let k2 = subset_size(gears.len(), after.len(), percent);
+        let a2 = after.len() * k2 / gears.len();
+        let mut cov: BTreeMap<&str, usize> = gears.iter().map(|g| (*g, 0)).collect();
+        for (b, s) in before {
+            if after.contains(b) {
+                for g in s {
+                    *cov.get_mut(g).unwrap() += 1;
+                }
+            }
+        }
+        let size = |b: &str| before.get(b).map_or(0, |s| s.len());
+        let adds_b: usize = after.iter().map(|b| k2.saturating_sub(size(b))).sum();
+        let rems_b: usize = after.iter().map(|b| size(b).saturating_sub(k2)).sum();
+        let adds_g: usize = cov.values().map(|c| a2.saturating_sub(*c)).sum();
+        let rems_g: usize = cov.values().map(|c| c.saturating_sub(a2 + 1)).sum();
+        adds_b.max(adds_g) + rems_b.max(rems_g)
+    }
+
+    fn all_sets<'a>(
+        members: &[(&str, u64)],
+        gears: &[&'a str],
+        percent: u32,
+    ) -> BTreeMap<String, BTreeSet<&'a str>> {
+        let a = Assignment::new(members, gears, percent);
+        members
+            .iter()
+            .map(|(b, _)| {
+                let s = gears.iter().copied().filter(|g| a.covers(b, g)).collect();
+                (b.to_string(), s)
+            })
+            .collect()
+    }
+
+    fn changes(
+        x: &BTreeMap<String, BTreeSet<&str>>,
+        y: &BTreeMap<String, BTreeSet<&str>>,
+    ) -> usize {
+        let empty = BTreeSet::new();
+        x.keys()
+            .chain(y.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|b| {
+                let (p, q) = (x.get(b).unwrap_or(&empty), y.get(b).unwrap_or(&empty));
+                p.symmetric_difference(q).count()
+            })
+            .sum()
+    }
+
+    /// At M = 10, N = 1000, C = 10%: a balancer started later joins by taking gears
+    /// with spare coverage only (the minimum), and any balancer leaving moves at most
+    /// twice the least any assignment keeping spread ≤ 1 could.
+    #[test]
+    fn joins_and_leaves_move_little() {
+        let gn: Vec<String> = (0..1000u64)
+            .map(|i| format!("{:032x}-abcdefghijklmnop", mix(i)))
+            .collect();
+        let bn: Vec<String> = (0..11u64)
+            .map(|i| format!("{:032x}", mix(1 << 40 | i)))
+            .collect();
+        let gears: Vec<&str> = gn.iter().map(String::as_str).collect();
+        let ten: Vec<(&str, u64)> = bn[..10].iter().map(|b| (b.as_str(), 1_000)).collect();
+        let before = all_sets(&ten, &gears, 10);
+        // A join, five minutes later.
+        let mut eleven = ten.clone();
+        eleven.push((bn[10].as_str(), 301_000));
+        let joined = all_sets(&eleven, &gears, 10);
+        let borrowed: BTreeMap<&str, BTreeSet<&str>> = before
+            .iter()
+            .map(|(b, s)| (b.as_str(), s.clone()))
+            .collect();
+        let ids: Vec<&str> = eleven.iter().map(|m| m.0).collect();
+        let min = lower_bound(&borrowed, &ids, &gears, 10);
+        assert_eq!(changes(&before, &joined), min, "a join moves the minimum");
+        // Each of the ten leaving in turn.
+        for leaver in 0..10 {
+            let rest: Vec<(&str, u64)> = ten
+                .iter()
+                .copied()
+                .filter(|m| m.0 != ten[leaver].0)
+                .collect();
+            let after = all_sets(&rest, &gears, 10);
+            let kept: BTreeMap<String, BTreeSet<&str>> = before
+                .iter()
+                .filter(|(b, _)| b.as_str() != ten[leaver].0)
+                .map(|(b, s)| (b.clone(), s.clone()))
+                .collect();
+            let ids: Vec<&str> = rest.iter().map(|m| m.0).collect();
+            let min = lower_bound(&borrowed, &ids, &gears, 10);
+            let moved = changes(&kept, &after);
+            assert!(
+                min > 0 && moved <= 2 * min,
+                "leave {leaver}: {moved} changes, minimum {min}"
+            );
         }
     }
 

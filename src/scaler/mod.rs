@@ -6,16 +6,22 @@
 //! - **Ranking**: the gear named by `scaler.preferred` / `OPENSHIFT_GEARLB_SCALER_GEAR`
 //!   (uuid or gear name) first, then the head gear (its gear name is the application's
 //!   name), then by id. The scaler is the highest-ranked *live* balancer.
-//! - **Quorum**: it acts only while it sees a majority of the known balancers live
-//!   (itself included); with exactly half, only if it outranks every balancer it cannot
-//!   see. A partition never yields two scalers that both act.
+//! - **Quorum**: it acts only while it sees a majority of the known balancers (itself
+//!   included) *fresh*, heard from within half the failure timeout; with exactly half,
+//!   only if it outranks every balancer it does not. A partition never yields two
+//!   scalers that both act: the old one stops once half the timeout passed without a
+//!   majority, the other side elects a new one only after the whole timeout.
+//! - **Handover**: the election runs on every change of the view, not on a tick, and a
+//!   balancer starts acting only when no live peer says it acts (`acts` key); one that
+//!   stops acting because a higher-ranked balancer is back says so at once to that
+//!   balancer. So at a partition's heal the scalers hand over without overlap.
 //! - Each balancer publishes who it believes the scaler is (`scaler` key) and the last
 //!   scale event it made (`scale` key: a new scaler keeps the cooldown of the old one).
 //! - Decisions come from [`policy`] over the moving-average sessions (requests in
 //!   flight and open WebSocket tunnels, as the old autoscaler's `scur`) of every live
-//!   balancer (gossiped `load`), checked every `scaler.check_interval`; the
-//!   `.openshift/markers/disable_auto_scaling` marker or `scaler.enabled = false` stops
-//!   them, checked live.
+//!   balancer (gossiped `load`), checked every `scaler.check_interval` by the acting
+//!   scaler; the `.openshift/markers/disable_auto_scaling` marker or
+//!   `scaler.enabled = false` stops them, checked live.
 
 pub mod broker;
 pub mod failures;
@@ -30,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cluster::{Cluster, ClusterView};
+use crate::cluster::{keys, Cluster, ClusterView};
 use crate::routing::Router;
 use broker::Broker;
 use policy::{Decision, Outcome, PolicyConfig, PolicyState, Sample};
@@ -42,6 +48,10 @@ pub struct Candidate {
     /// Gear name, when known.
     pub name: Option<String>,
     pub live: bool,
+    /// Heard from within half the failure timeout (implies live).
+    pub fresh: bool,
+    /// Says it acts as the scaler now.
+    pub acting: bool,
 }
 
 /// The election's result, from one balancer's point of view.
@@ -67,32 +77,47 @@ fn rank_key<'a>(
     (u8::from(!pref), u8::from(!head), c.id.as_str())
 }
 
-/// Elect among `candidates` (every known balancer, `me` included) as `me` sees them.
+/// Elect among `candidates` (the known balancers seen so far, `me` included) as `me`
+/// sees them, when `known` balancers are known in all (some perhaps never seen: they
+/// count towards the quorum, and are not outranked). `acting` says whether `me` acts
+/// now (it keeps acting while elected, even if a peer still claims to).
 pub fn elect(
     me: &str,
     candidates: &[Candidate],
+    known: usize,
     preferred: Option<&str>,
     app_name: Option<&str>,
+    acting: bool,
 ) -> Election {
     let mut ranked: Vec<&Candidate> = candidates.iter().collect();
     ranked.sort_by(|a, b| rank_key(a, preferred, app_name).cmp(&rank_key(b, preferred, app_name)));
     ranked.dedup_by(|a, b| a.id == b.id);
-    let known = ranked.len();
+    let known = known.max(ranked.len());
+    let unlisted = known - ranked.len();
     let live = ranked.iter().filter(|c| c.live || c.id == me).count();
+    let fresh = ranked.iter().filter(|c| c.fresh || c.id == me).count();
     let scaler = ranked
         .iter()
         .find(|c| c.live || c.id == me)
         .map(|c| c.id.clone());
     let me_pos = ranked.iter().position(|c| c.id == me);
-    let outranks_unseen = me_pos.is_some_and(|p| {
-        ranked
-            .iter()
-            .enumerate()
-            .all(|(i, c)| c.live || c.id == me || i > p)
-    });
-    let quorum = live * 2 > known || (live * 2 == known && outranks_unseen);
+    // With exactly half: only if every balancer not counted ranks below `me` (and no
+    // balancer of unknown rank exists).
+    let outranks = |counted: &dyn Fn(&Candidate) -> bool| {
+        unlisted == 0
+            && me_pos.is_some_and(|p| {
+                ranked
+                    .iter()
+                    .enumerate()
+                    .all(|(i, c)| counted(c) || c.id == me || i > p)
+            })
+    };
+    let quorum = live * 2 > known || (live * 2 == known && outranks(&|c| c.live));
+    let fresh_quorum = fresh * 2 > known || (fresh * 2 == known && outranks(&|c| c.fresh));
+    let other_acts = ranked.iter().any(|c| c.id != me && c.live && c.acting);
+    let elected = scaler.as_deref() == Some(me);
     Election {
-        acts: scaler.as_deref() == Some(me) && quorum,
+        acts: elected && fresh_quorum && (acting || !other_acts),
         scaler,
         live,
         known,
@@ -238,12 +263,19 @@ impl Scaler {
         }
     }
 
-    fn election(&self, view: &ClusterView, names: &HashMap<String, String>) -> Election {
+    fn election(
+        &self,
+        view: &ClusterView,
+        names: &HashMap<String, String>,
+        acting: bool,
+    ) -> Election {
         let s = self.settings.load();
         let mut cands = vec![Candidate {
             id: self.self_id.clone(),
             name: names.get(&self.self_id).cloned(),
             live: true,
+            fresh: true,
+            acting,
         }];
         for p in &view.peers {
             if let Some(id) = &p.id {
@@ -252,6 +284,8 @@ impl Scaler {
                         id: id.clone(),
                         name: p.name.clone().or_else(|| names.get(id).cloned()),
                         live: p.live,
+                        fresh: p.live && view.fresh.contains(id),
+                        acting: p.live && view.scaler.get(id).is_some_and(|c| c.acting),
                     });
                 }
             }
@@ -259,12 +293,15 @@ impl Scaler {
         elect(
             &self.self_id,
             &cands,
+            view.known_count,
             s.preferred.as_deref(),
             s.app_name.as_deref(),
+            acting,
         )
     }
 
-    /// Check every interval until `stop`; act when elected.
+    /// Elect on every change of the view, decide every `scaler.check_interval` while
+    /// acting, until `stop`.
     pub async fn run(
         self: Arc<Self>,
         cluster: Option<Arc<Cluster>>,
@@ -284,41 +321,84 @@ impl Scaler {
         let mut limits_log = failures::FailureLog::default();
         let started = tokio::time::Instant::now();
         let mut was_acting = false;
-        let mut last_belief = String::new();
+        let mut last_belief: Option<String> = None;
         let mut last_seen_event: Option<ScaleEvent> = None;
+        let mut views = cluster.as_ref().map(|c| c.subscribe());
+        let mut next_check = tokio::time::Instant::now() + self.settings.load().check_interval;
+        let mut elected_on: Option<(u64, u64)> = None;
+        let mut e = Election {
+            scaler: None,
+            acts: false,
+            live: 1,
+            known: 1,
+            quorum: true,
+        };
         loop {
-            let interval = self.settings.load().check_interval;
-            tokio::select! {
+            let check = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
+                _ = tokio::time::sleep_until(next_check) => true,
+                r = async {
+                    match views.as_mut() {
+                        Some(v) => v.changed().await.is_ok(),
+                        None => std::future::pending::<bool>().await,
+                    }
+                } => {
+                    if !r {
+                        return;
+                    }
+                    false
+                }
+            };
             let s = self.settings.load_full();
             let view = match &cluster {
-                Some(c) => (*c.view()).clone(),
-                None => ClusterView::single(&self.self_id),
+                Some(c) => c.view(),
+                None => Arc::new(ClusterView::single(&self.self_id)),
             };
-            for p in &view.peers {
-                if let (Some(id), Some(n)) = (&p.id, &p.name) {
-                    names.insert(id.clone(), n.clone());
+            let inputs = (view.versions.members, view.versions.scaler);
+            if elected_on != Some(inputs) || check {
+                elected_on = Some(inputs);
+                for p in &view.peers {
+                    if let (Some(id), Some(n)) = (&p.id, &p.name) {
+                        names.insert(id.clone(), n.clone());
+                    }
                 }
-            }
-            let e = self.election(&view, &names);
-            let belief = e.scaler.clone().unwrap_or_default();
-            if belief != last_belief {
-                info!(scaler = %belief, acting = e.acts, live = e.live, known = e.known, "scaler elected");
-                if let Some(c) = &cluster {
-                    c.publish("scaler", belief.clone()).await;
+                e = self.election(&view, &names, was_acting);
+                if last_belief != e.scaler {
+                    info!(scaler = %e.scaler.as_deref().unwrap_or_default(), acting = e.acts, live = e.live, known = e.known, "scaler elected");
+                    if let Some(c) = &cluster {
+                        c.publish(keys::SCALER, e.scaler.clone().unwrap_or_default())
+                            .await;
+                    }
+                    last_belief = e.scaler.clone();
                 }
-                last_belief = belief;
-            }
-            if e.acts != was_acting {
-                if e.acts {
-                    info!("this balancer is now the scaler");
-                } else {
-                    info!(quorum = e.quorum, "this balancer stopped acting as scaler");
+                if e.acts != was_acting {
+                    if e.acts {
+                        info!("this balancer is now the scaler");
+                    } else {
+                        info!(quorum = e.quorum, "this balancer stopped acting as scaler");
+                    }
+                    was_acting = e.acts;
+                    if let Some(c) = &cluster {
+                        c.publish(keys::ACTS, if e.acts { "1" } else { "0" }.into())
+                            .await;
+                        // The balancer taking over waits for this: tell it now.
+                        if let Some(next) = e.scaler.as_deref().filter(|n| *n != self.self_id) {
+                            c.push_to(next);
+                        }
+                    }
                 }
-                was_acting = e.acts;
+                self.update(|r| {
+                    r.scaler = e.scaler.clone();
+                    r.acting = e.acts;
+                    r.quorum = e.quorum;
+                    r.live = e.live;
+                    r.known = e.known;
+                });
             }
+            if !check {
+                continue;
+            }
+            next_check = tokio::time::Instant::now() + s.check_interval;
             // A successor keeps its predecessor's cooldown.
             if let Some(ev) = view.scale_events.iter().max_by_key(|e| e.at_ms) {
                 if last_seen_event.as_ref().is_none_or(|l| l.at_ms < ev.at_ms)
@@ -370,23 +450,11 @@ impl Scaler {
                     }
                 }
             }
-            let sessions = own_load()
-                + view
-                    .peers
-                    .iter()
-                    .filter(|p| p.live)
-                    .filter_map(|p| p.load.as_ref())
-                    .map(|l| l.sessions_avg)
-                    .sum::<f64>();
+            let sessions = own_load() + view.loads.values().map(|l| l.sessions_avg).sum::<f64>();
             let gears = router.load().entries().len();
             let marker_set = s.marker.as_ref().is_some_and(|m| m.exists());
             let enabled = s.enabled && !marker_set;
             self.update(|r| {
-                r.scaler = e.scaler.clone();
-                r.acting = e.acts;
-                r.quorum = e.quorum;
-                r.live = e.live;
-                r.known = e.known;
                 r.enabled = enabled;
                 r.sessions = sessions;
                 r.gears = gears;
@@ -498,7 +566,7 @@ impl Scaler {
                     gears,
                 };
                 if let (Some(c), Ok(v)) = (&cluster, serde_json::to_string(&ev)) {
-                    c.publish("scale", v).await;
+                    c.publish(keys::SCALE, v).await;
                 }
                 last_seen_event = Some(ev);
             }
@@ -516,7 +584,19 @@ mod tests {
             id: id.into(),
             name: name.map(str::to_string),
             live,
+            fresh: live,
+            acting: false,
         }
+    }
+
+    /// Elect with every balancer of `all` known and `me` not acting yet.
+    fn elect(
+        me: &str,
+        all: &[Candidate],
+        preferred: Option<&str>,
+        app_name: Option<&str>,
+    ) -> Election {
+        super::elect(me, all, all.len(), preferred, app_name, false)
     }
 
     #[test]
@@ -590,6 +670,78 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn at_a_heal_the_scalers_hand_over_without_overlap() {
+        // b acted while a (preferred) was cut off; the partition heals.
+        let mut b_acting = c("b", None, true);
+        b_acting.acting = true;
+        let a_view = vec![c("a", None, true), b_acting.clone(), c("c", None, true)];
+        let a = super::elect("a", &a_view, 3, Some("a"), None, false);
+        assert_eq!(a.scaler.as_deref(), Some("a"));
+        assert!(!a.acts, "a waits while b says it acts");
+        let b_view = vec![c("a", None, true), c("b", None, true), c("c", None, true)];
+        let b = super::elect("b", &b_view, 3, Some("a"), None, true);
+        assert!(!b.acts, "b stops: a outranks it");
+        // b's acts = 0 reaches a: now a acts.
+        let a_view = vec![c("a", None, true), c("b", None, true), c("c", None, true)];
+        assert!(super::elect("a", &a_view, 3, Some("a"), None, false).acts);
+        // A scaler already acting keeps acting even if a stale claim lingers.
+        let a_view = vec![c("a", None, true), b_acting, c("c", None, true)];
+        assert!(super::elect("a", &a_view, 3, Some("a"), None, true).acts);
+    }
+
+    #[test]
+    fn acting_needs_a_fresh_majority() {
+        // Live, but not heard from lately: the start of a partition.
+        let mut b = c("b", None, true);
+        b.fresh = false;
+        let mut cc = c("c", None, true);
+        cc.fresh = false;
+        let e = super::elect(
+            "a",
+            &[c("a", None, true), b.clone(), cc],
+            3,
+            None,
+            None,
+            true,
+        );
+        assert_eq!(e.scaler.as_deref(), Some("a"));
+        assert!(e.quorum, "a majority is still live");
+        assert!(!e.acts, "but not fresh: stop before the other side elects");
+        let e = super::elect(
+            "a",
+            &[c("a", None, true), b, c("c", None, true)],
+            3,
+            None,
+            None,
+            true,
+        );
+        assert!(e.acts, "two of three fresh");
+    }
+
+    #[test]
+    fn balancers_never_seen_count_and_are_not_outranked() {
+        // Three known, one never seen (an address-only peer not reached yet).
+        let two = [c("a", None, true), c("b", None, false)];
+        let e = super::elect("a", &two, 3, None, None, false);
+        assert_eq!((e.live, e.known), (1, 3));
+        assert!(!e.quorum && !e.acts, "alone among three known");
+        // Two known, one never seen: exactly half, and a's rank against it unknown.
+        let one = [c("a", None, true)];
+        let e = super::elect("a", &one, 2, None, None, false);
+        assert!(!e.acts);
+        // Two of three live (one never seen): a majority.
+        let e = super::elect(
+            "a",
+            &[c("a", None, true), c("b", None, true)],
+            3,
+            None,
+            None,
+            false,
+        );
+        assert!(e.acts);
     }
 
     #[test]
