@@ -30,7 +30,7 @@ async fn forwarding_headers_host_and_path_exact() {
             ("connection", "x-hop"),
             ("x-hop", "must-not-pass"),
             ("proxy-connection", "keep-alive"),
-            ("te", "trailers"),
+            ("te", "gzip, trailers"),
             ("x-custom", "Kept As Is"),
         ],
     )
@@ -54,9 +54,12 @@ async fn forwarding_headers_host_and_path_exact() {
         "for=127.0.0.1;host=\"App-NS.Example.com:8000\";proto=http"
     );
     assert_eq!(h["x-custom"][0], "Kept As Is");
-    for gone in ["x-hop", "proxy-connection", "te"] {
+    for gone in ["x-hop", "proxy-connection"] {
         assert!(h.get(gone).is_none(), "{gone} was forwarded: {h}");
     }
+    // TE is hop-by-hop: the balancer says what it takes itself, trailers (it relays
+    // them), never the client's codings.
+    assert_eq!(h["te"], serde_json::json!(["trailers"]), "{h}");
 }
 
 /// By default only `X-Forwarded-For` and `-Proto` are set: the gear's listener port is
@@ -1183,4 +1186,252 @@ async fn open_websockets_are_sessions_until_they_close() {
     }
     let got = get(lb.proxy, "/", &[]).await.unwrap();
     assert_eq!(got.status, 200, "places are given back");
+}
+
+// ---------------------------------------------------------------------------------------
+// The backend exchange's edges (see the decision table in `src/proxy/upstream.rs`).
+
+/// A balancer in front of `gear` alone, health checks off (scripted gears answer only
+/// what their script says).
+fn lb_for(dir: &std::path::Path, gear: std::net::SocketAddr, extra: &str) -> Gearlb {
+    Gearlb::start(
+        dir,
+        &config_text(
+            dir,
+            &[("web1", gear)],
+            &format!("[health]\nenabled = false\n{extra}"),
+        ),
+    )
+}
+
+/// One response from a raw connection: its head, and its body as far as the head's
+/// Content-Length says (none without one). Bytes after it stay in `buf`.
+async fn read_reply(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let end = read_head(s, buf).await?;
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    buf.drain(..end + 4);
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut chunk = [0u8; 4096];
+    while buf.len() < len {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = buf.drain(..len).collect();
+    Some((head, body))
+}
+
+/// RFC 9110 §7.8: a server switches only to a protocol the client listed in `Upgrade`.
+/// A `101` to a request that asked for no upgrade, or to another protocol than the one
+/// asked for, is a 502: no tunnel opens, so nothing the client sends next can reach the
+/// gear without the balancer reading it as a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_to_a_protocol_nobody_asked_for_is_a_502_and_opens_no_tunnel() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"[..],
+        )
+        .then(Then::Tunnel)
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for (name, request) in [
+        ("no upgrade asked", &b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"[..]),
+        (
+            "websocket asked",
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        ),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut buf = Vec::new();
+        let (head, _) = read_reply(&mut s, &mut buf).await.expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 502"), "{name}: {head}");
+        // What a tunnel would have carried.
+        let _ = s
+            .write_all(b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), read_reply(&mut s, &mut buf)).await;
+    }
+    assert!(
+        gear.tunnel_bytes().is_empty(),
+        "bytes reached the gear through a tunnel: {:?}",
+        String::from_utf8_lossy(&gear.tunnel_bytes())
+    );
+    // Every request the gear got came through the balancer's parser.
+    let seen = gear.seen();
+    assert!(
+        seen.iter().all(|r| r.header("x-forwarded-for").is_some()),
+        "{seen:?}"
+    );
+    // The gear is not ejected for it: a client could provoke it.
+    assert_eq!(backend_state(&lb, "web1"), "up");
+}
+
+/// RFC 9112 §6.1: transfer codings other than chunked are refused on requests (501: the
+/// balancer would take the chunked framing off a body still coded otherwise) and passed
+/// on faithfully in responses to HTTP/1.1 clients; a client that cannot receive them
+/// (HTTP/1.0, HTTP/2: no Transfer-Encoding) gets a 502, never the coded bytes as if
+/// they were the content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_codings_other_than_chunked_are_refused_or_passed_faithfully() {
+    const GZ: &[u8] = b"\x1f\x8b\x08\x00coded";
+    let gear = Scripted::start(|req| {
+        if req.head.starts_with("GET /close ") {
+            let mut r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec();
+            r.extend_from_slice(GZ);
+            Reply::after(r).then(Then::Close)
+        } else {
+            let mut r =
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n9\r\n".to_vec();
+            r.extend_from_slice(GZ);
+            r.extend_from_slice(b"\r\n0\r\n\r\n");
+            Reply::after(r)
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+
+    let out = raw(
+        lb.proxy,
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.1 501"), "{out:?}");
+    assert!(gear.seen().is_empty(), "forwarded: {:?}", gear.seen());
+
+    for path in ["/close", "/chunked"] {
+        let got = get(lb.proxy, path, &[]).await.unwrap();
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.headers["transfer-encoding"], "gzip, chunked", "{path}");
+        assert_eq!(&got.body[..], GZ, "{path}");
+
+        let out = raw(
+            lb.proxy,
+            format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        );
+        assert!(out.starts_with("HTTP/1.0 502"), "HTTP/1.0 {path}: {out:?}");
+
+        let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<BoxBody>();
+        let req = http::Request::get(format!("http://{}{path}", lb.proxy))
+            .body(full(""))
+            .unwrap();
+        assert_eq!(send(&h2, req).await.unwrap().status, 502, "HTTP/2 {path}");
+    }
+}
+
+/// RFC 9112 §6.1: an HTTP/1.0 response with Transfer-Encoding has faulty framing and its
+/// connection closes after it, whatever `Connection: keep-alive` says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_response_with_transfer_encoding_closes_its_connection() {
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for _ in 0..3 {
+        let got = get(lb.proxy, "/", &[]).await.unwrap();
+        assert_eq!((got.status, got.text().as_str()), (200, "ok"));
+    }
+    assert_eq!(
+        gear.connections.load(Ordering::SeqCst),
+        3,
+        "a connection was used again after an HTTP/1.0 response with Transfer-Encoding"
+    );
+}
+
+/// An HTTP/1.0 request without Host goes on as HTTP/1.1, which needs one: empty, as RFC
+/// 9112 §3.2 says for a target without authority. `Content-Length: 3, 3` is one length
+/// written twice: each side gets it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_length_are_made_valid_http_1_1() {
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\n\r\nabc"[..])
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let out = raw(
+        lb.proxy,
+        b"GET /old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.0 200"), "{out:?}");
+    let seen = gear.seen();
+    assert!(
+        seen[0].head.starts_with("GET /old HTTP/1.1\r\n"),
+        "{seen:?}"
+    );
+    assert_eq!(seen[0].headers("host"), [""], "{seen:?}");
+
+    let out = raw(
+        lb.proxy,
+        b"POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        Duration::from_secs(5),
+    );
+    let lengths: Vec<&str> = out
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
+        .collect();
+    assert_eq!(lengths, ["content-length: 3"], "{out:?}");
+    assert!(out.ends_with("\r\n\r\nabc"), "{out:?}");
+    let seen = gear.seen();
+    assert_eq!(seen[1].headers("content-length"), ["3"], "{seen:?}");
+    assert_eq!(seen[1].body, b"abc");
+}
+
+/// RFC 9113 §8.2.3: an HTTP/2 client may split `cookie` into several fields; they are
+/// joined with "; " before the request goes on as HTTP/1.1 (one `Cookie` header, which
+/// is what PHP and Apache read), and the sticky cookie is found in whichever piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_http2_cookies_reach_the_gear_joined() {
+    let (a, b) = (
+        TestBackend::start("web1").await,
+        TestBackend::start("web2").await,
+    );
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", a.addr), ("web2", b.addr)], ""),
+    );
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<BoxBody>();
+    for _ in 0..4 {
+        let req = http::Request::get(format!("http://{}/headers", lb.proxy))
+            .header("cookie", "PHPSESSID=abc")
+            .header("cookie", "GEAR=web2")
+            .header("cookie", "lang=en; theme=dark")
+            .body(full(""))
+            .unwrap();
+        let got = send(&h2, req).await.unwrap();
+        assert_eq!(got.status, 200);
+        let seen = got.json();
+        assert_eq!(seen["backend"], "web2", "the sticky piece was read: {seen}");
+        assert_eq!(
+            seen["headers"]["cookie"],
+            serde_json::json!(["PHPSESSID=abc; lang=en; theme=dark"]),
+            "{seen}"
+        );
+        assert!(got.headers.get("set-cookie").is_none());
+    }
 }

@@ -85,15 +85,23 @@ pub fn encode_request_head(parts: &http::request::Parts, framing: ReqFraming, ou
 /// `Content-Length` header is made to agree with it, so that the head never announces a
 /// length the body does not have.
 pub fn request_framing(headers: &mut HeaderMap, empty: bool, exact: Option<u64>) -> ReqFraming {
-    let declared = content_length(headers).ok().flatten();
+    // `Content-Length: 3, 3` (or the header twice) is one length written several times:
+    // the gear gets it once (RFC 9110 §8.6).
+    let (declared, pieces) = content_length_pieces(headers).unwrap_or((None, 0));
+    let once = pieces == 1;
     match (empty, exact) {
-        (true, _) if declared == Some(0) => ReqFraming::Length(0),
+        (true, _) if declared == Some(0) => {
+            if !once {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            }
+            ReqFraming::Length(0)
+        }
         (true, _) => {
             headers.remove(header::CONTENT_LENGTH);
             ReqFraming::Empty
         }
         (false, Some(n)) => {
-            if declared != Some(n) {
+            if declared != Some(n) || !once {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
             }
             ReqFraming::Length(n)
@@ -186,6 +194,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     }
 
     let mut keep_alive = version == Version::HTTP_11;
+    // An HTTP/1.0 message with Transfer-Encoding: its framing is faulty, and the
+    // connection closes after it (RFC 9112 §6.1).
+    let te_in_10 = version == Version::HTTP_10 && headers.contains_key(header::TRANSFER_ENCODING);
     for v in headers.get_all(header::CONNECTION) {
         for t in tokens(v.as_bytes()) {
             if t.eq_ignore_ascii_case(b"close") {
@@ -194,6 +205,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
                 keep_alive = true;
             }
         }
+    }
+    if te_in_10 {
+        keep_alive = false;
     }
     let body = if *method == Method::HEAD
         || status.is_informational()
@@ -214,7 +228,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             BodyLen::Close
         }
     } else {
-        match content_length(&headers)? {
+        let (length, pieces) = content_length_pieces(&headers)?;
+        if let (Some(n), 2..) = (length, pieces) {
+            // One length written several times (`3, 3`): the client gets it once.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        match length {
             Some(0) => BodyLen::Empty,
             Some(n) => BodyLen::Length(n),
             None => {
@@ -223,6 +242,13 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             }
         }
     };
+    // A bodiless response still says what length the body would have had (`HEAD`, 304):
+    // written once too.
+    if matches!(body, BodyLen::Empty) && headers.contains_key(header::CONTENT_LENGTH) {
+        if let Ok((Some(n), 2..)) = content_length_pieces(&headers) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
@@ -247,12 +273,14 @@ fn last_coding_is_chunked(h: &HeaderMap) -> bool {
         .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
 }
 
-/// The message's `Content-Length`: every value (and list element) must be the same
-/// number.
-fn content_length(h: &HeaderMap) -> Result<Option<u64>, ParseError> {
+/// The message's `Content-Length` (every value and list element must be the same
+/// number), and in how many pieces (values and list elements) it was written.
+fn content_length_pieces(h: &HeaderMap) -> Result<(Option<u64>, usize), ParseError> {
     let mut found = None;
+    let mut pieces = 0;
     for v in h.get_all(header::CONTENT_LENGTH) {
         for part in tokens(v.as_bytes()) {
+            pieces += 1;
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(ParseError::Length);
             }
@@ -266,7 +294,7 @@ fn content_length(h: &HeaderMap) -> Result<Option<u64>, ParseError> {
             }
         }
     }
-    Ok(found)
+    Ok((found, pieces))
 }
 
 /// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions and
@@ -574,11 +602,69 @@ mod tests {
                 BodyLen::Empty,
                 true,
             ),
+            // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding closes its
+            // connection, whatever it says about keep-alive.
+            (
+                "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n",
+                Method::GET,
+                BodyLen::Chunked,
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\nconnection: keep-alive\r\n\r\n",
+                Method::GET,
+                BodyLen::Chunked,
+                false,
+            ),
         ];
         for (raw, m, body, keep) in cases {
             let h = parse(raw, m.clone()).unwrap().unwrap();
             assert_eq!((h.body, h.keep_alive), (*body, *keep), "{raw:?}");
         }
+    }
+
+    /// RFC 9110 §8.6: a length written as a list of the same number is one length; the
+    /// client gets it once, as it would from a gear that wrote it so.
+    #[test]
+    fn a_length_written_several_times_is_passed_on_once() {
+        for raw in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3,3\r\ncontent-length: 3\r\n\r\n",
+        ] {
+            let h = parse(raw, Method::GET).unwrap().unwrap();
+            assert_eq!(h.body, BodyLen::Length(3));
+            let cl: Vec<_> = h.parts.headers.get_all("content-length").iter().collect();
+            assert_eq!(cl, ["3"], "{raw:?}");
+        }
+        let h = parse(
+            "HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n",
+            Method::HEAD,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.parts.headers["content-length"], "7");
+        let mut req = HeaderMap::new();
+        req.append("content-length", "5, 5".parse().unwrap());
+        assert_eq!(
+            request_framing(&mut req, false, Some(5)),
+            ReqFraming::Length(5)
+        );
+        assert_eq!(
+            req.get_all("content-length").iter().collect::<Vec<_>>(),
+            ["5"]
+        );
+        let mut req = HeaderMap::new();
+        req.append("content-length", "0".parse().unwrap());
+        req.append("content-length", "0".parse().unwrap());
+        assert_eq!(
+            request_framing(&mut req, true, Some(0)),
+            ReqFraming::Length(0)
+        );
+        assert_eq!(
+            req.get_all("content-length").iter().collect::<Vec<_>>(),
+            ["0"]
+        );
     }
 
     #[test]

@@ -382,13 +382,21 @@ enum ForwardError {
     /// Refused before forwarding (see `forward::request_problem`).
     #[error("request refused: {1}")]
     Refused(StatusCode, &'static str),
+    /// The backend answered with something that cannot go to this client as it is (a
+    /// `101` to a protocol nobody asked for, a transfer coding the client's protocol
+    /// cannot carry): 502, the backend connection closed. Not the backend's failure for
+    /// ejection: a client could provoke it.
+    #[error("unusable response: {0}")]
+    BadResponse(&'static str),
 }
 
 impl ForwardError {
     fn status(&self) -> StatusCode {
         match self {
             ForwardError::NoBackend => StatusCode::SERVICE_UNAVAILABLE,
-            ForwardError::Connect(_) | ForwardError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             ForwardError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ForwardError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ForwardError::Refused(status, _) => *status,
@@ -400,7 +408,7 @@ impl ForwardError {
             ForwardError::NoBackend => {
                 "503 Service Unavailable: no web gear is available to serve this request.\n"
             }
-            ForwardError::Connect(_) | ForwardError::Upstream(_) => {
+            ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
                 "502 Bad Gateway: the web gear did not answer properly.\n"
             }
             ForwardError::Timeout(_) => {
@@ -411,6 +419,9 @@ impl ForwardError {
             }
             ForwardError::Refused(StatusCode::METHOD_NOT_ALLOWED, _) => {
                 "405 Method Not Allowed: CONNECT is not supported.\n"
+            }
+            ForwardError::Refused(StatusCode::NOT_IMPLEMENTED, _) => {
+                "501 Not Implemented: transfer codings other than chunked are not supported.\n"
             }
             ForwardError::Refused(..) => "400 Bad Request: ambiguous request.\n",
         }
@@ -531,9 +542,14 @@ async fn forward(
         return Err((ForwardError::Refused(status, why), None));
     }
 
-    // Sticky cookie: taken out of the request whatever it says.
+    // Sticky cookie: taken out of the request whatever it says, from every `Cookie`
+    // field (HTTP/2 clients split them).
     let sticky = settings.sticky.as_ref();
     let cookie = sticky.and_then(|s| s.take(&mut parts.headers));
+    let client_version = parts.version;
+    if client_version == http::Version::HTTP_2 {
+        forward::join_cookies(&mut parts.headers);
+    }
     let secure = conn.client.scheme == "https"
         || (settings.trust_forwarded
             && parts
@@ -546,6 +562,10 @@ async fn forward(
         settings.trust_forwarded,
         settings.forwarded_headers,
     );
+    // What a `101` may switch to: the protocols the backend was asked for.
+    let asked_upgrade = client_upgrade
+        .as_ref()
+        .and_then(|_| parts.headers.get(header::UPGRADE).cloned());
 
     // Wall-clock time only matters to sealed cookies.
     let sealed = sticky.is_some_and(Sticky::is_sealed);
@@ -608,6 +628,17 @@ async fn forward(
             Ok((head, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
+                let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        drop(up);
+                        backend
+                            .stats
+                            .response_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err((ForwardError::BadResponse(why), last));
+                    }
+                };
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
                 let resp = respond(
@@ -620,6 +651,7 @@ async fn forward(
                     secure,
                     now,
                     client_upgrade,
+                    codings,
                 );
                 return Ok((resp, last));
             }
@@ -754,6 +786,36 @@ async fn send_once(
     }
 }
 
+/// Whether a backend's response head can go to the client as it is; `Ok` carries the
+/// transfer codings other than `chunked` it applied to its body, which an HTTP/1.1
+/// client gets as they are (hyper adds the chunked framing: RFC 9112 §6.1).
+///
+/// - A `101` must answer an upgrade request, switching to a protocol it listed (see
+///   [`forward::switch_allowed`]).
+/// - A body with other transfer codings cannot go to an HTTP/1.0 client (RFC 9112 §6.1:
+///   no Transfer-Encoding to it) nor an HTTP/2 one (RFC 9113 §8.2.2: no
+///   Transfer-Encoding at all) without being decoded, which the balancer does not do;
+///   nor can one where `chunked` is not applied exactly once, last.
+fn usable(
+    head: &h1::Head,
+    asked_upgrade: Option<&HeaderValue>,
+    client: http::Version,
+) -> Result<Option<HeaderValue>, &'static str> {
+    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        forward::switch_allowed(asked_upgrade, &head.parts.headers)?;
+        return Ok(None);
+    }
+    if head.body == h1::BodyLen::Empty {
+        return Ok(None);
+    }
+    match forward::transfer_codings(&head.parts.headers)? {
+        Some(_) if client != http::Version::HTTP_11 => {
+            Err("transfer coding the client's protocol cannot carry")
+        }
+        codings => Ok(codings),
+    }
+}
+
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
 /// inserted when the client had none for this backend, upgrades wired into a tunnel.
 ///
@@ -771,6 +833,7 @@ fn respond(
     secure: bool,
     now: u64,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    codings: Option<HeaderValue>,
 ) -> Response<ProxyBody> {
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
@@ -794,6 +857,9 @@ fn respond(
     }
     let mut parts = head.parts;
     forward::prepare_response(&mut parts, switching);
+    if let Some(codings) = codings {
+        parts.headers.insert(header::TRANSFER_ENCODING, codings);
+    }
     if let Some(sticky) = settings.sticky.as_ref() {
         sticky.strip_set_cookie(&mut parts.headers);
     }
