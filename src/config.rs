@@ -140,9 +140,13 @@ pub struct BackendConfig {
 pub struct Timeouts {
     /// TCP connect to a backend. Default 10s.
     pub connect: Duration,
-    /// Client inactivity while the balancer waits on the client. Default 1m.
+    /// Client inactivity (HAProxy's `timeout client`): no byte from or to the client
+    /// while the balancer waits on it (its request body, or taking the response; an
+    /// HTTP/2 stream's own). Default 1m.
     pub client: Duration,
-    /// Backend inactivity: time to the response headers. Default 1m.
+    /// Backend inactivity (HAProxy's `timeout server`): no byte taken while the request
+    /// body waits on the backend, no response head this long after the request was
+    /// sent, no byte of the response body while the client waits for it. Default 1m.
     pub server: Duration,
     /// Idle time of an upgraded connection (WebSocket). Default 1h.
     pub tunnel: Duration,
@@ -185,6 +189,10 @@ pub struct ProxyConfig {
     /// connections; HAProxy's `prefer-last-server`, bounded). 0: every request is
     /// chosen afresh. Default 16.
     pub connection_affinity: u32,
+    /// Streams an HTTP/2 client connection may have open at once
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; HAProxy's `tune.h2.max-concurrent-streams`).
+    /// Default 100.
+    pub h2_max_concurrent_streams: u32,
 }
 
 /// Which forwarding headers gearlb sets: `[proxy] forwarded_headers`, a list of header
@@ -456,6 +464,7 @@ impl Default for Config {
                 h2c: true,
                 retries: 3,
                 connection_affinity: 16,
+                h2_max_concurrent_streams: 100,
             },
             log: LogConfig::default(),
             health: HealthConfig {
@@ -721,6 +730,12 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
         cfg.proxy.connection_affinity as u64,
         0,
         1_000_000,
+    ) as u32;
+    cfg.proxy.h2_max_concurrent_streams = r.uint(
+        "h2_max_concurrent_streams",
+        cfg.proxy.h2_max_concurrent_streams as u64,
+        1,
+        10_000,
     ) as u32;
     r.finish();
 
@@ -1667,6 +1682,22 @@ mod tests {
 
         let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
         assert!(err.0[0].message.contains("expected a list of header names"));
+    }
+
+    #[test]
+    fn h2_max_concurrent_streams_bounds() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(c.proxy.h2_max_concurrent_streams, 100, "HAProxy's default");
+        let c = from_toml("[proxy]\nh2_max_concurrent_streams = 8\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.h2_max_concurrent_streams, 8);
+        for bad in ["0", "10001", "-1", "\"many\""] {
+            let err = from_toml(
+                &format!("[proxy]\nh2_max_concurrent_streams = {bad}\n"),
+                &env(&[]),
+            )
+            .unwrap_err();
+            assert_eq!(err.0[0].path, "proxy.h2_max_concurrent_streams", "{bad}");
+        }
     }
 
     #[test]

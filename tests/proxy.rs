@@ -1435,3 +1435,223 @@ async fn split_http2_cookies_reach_the_gear_joined() {
         assert!(got.headers.get("set-cookie").is_none());
     }
 }
+
+/// Write a POST of `total` body bytes in pieces of `piece`, one every `every`, on a
+/// raw connection, reading the response on another thread: the response, and when it
+/// arrived (from the first byte sent) and when the last body byte went.
+fn paced_upload(
+    addr: std::net::SocketAddr,
+    path: &str,
+    total: usize,
+    piece: usize,
+    every: Duration,
+) -> (String, Duration, Duration) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {total}\r\n\r\n");
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(head.as_bytes());
+        let mut sent = 0;
+        while sent < total {
+            let n = piece.min(total - sent);
+            if w.write_all(&vec![b'p'; n]).is_err() {
+                break;
+            }
+            sent += n;
+            if sent < total {
+                std::thread::sleep(every);
+            }
+        }
+        start.elapsed()
+    });
+    let got = read_response(&mut s, &mut Vec::new());
+    let answered = start.elapsed();
+    let sent = writer.join().unwrap();
+    (got, answered, sent)
+}
+
+/// Issue 25, point 1: `timeouts.server` is backend inactivity, as HAProxy's `timeout
+/// server`. A steady upload longer than it is no timeout (the gear keeps taking
+/// bytes); the wait for the response head starts when the request has been sent; a
+/// gear that stops taking the body times out after `server` of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_timeout_is_backend_inactivity_not_the_length_of_the_upload() {
+    let b = TestBackend::start("web1").await;
+    let silent = Scripted::start(|req| {
+        if req.head.starts_with("POST /stall ") {
+            // Takes nothing of the body, answers nothing.
+            Reply::after(Vec::new())
+                .before_body()
+                .then(Then::Hold(Duration::from_secs(20)))
+        } else {
+            // Takes the whole body, answers nothing.
+            Reply::after(Vec::new()).then(Then::Hold(Duration::from_secs(20)))
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr), ("silent", silent.addr)],
+            "[timeouts]\nserver = \"2s\"\n[health]\nenabled = false\n[sticky]\nenabled = false\n[proxy]\nretries = 0\nconnection_affinity = 0",
+        ),
+    );
+    let backends = |lb: &Gearlb| lb.status_json()["backends"].clone();
+    // Routed by hand: the silent gear is drained, the working one takes the uploads.
+    let (code, out, err) = lb.ctl(&["rotate-out", "silent", "--timeout", "5s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let proxy = lb.proxy;
+    let (got, answered, sent) = tokio::task::spawn_blocking(move || {
+        paced_upload(proxy, "/upload", 25_000, 1_000, Duration::from_millis(200))
+    })
+    .await
+    .unwrap();
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n\r\n25000"),
+        "a 4.8 s upload with server = 2s: {got}"
+    );
+    assert!(sent >= Duration::from_millis(4_500), "{sent:?}");
+    assert!(answered >= sent, "{answered:?} {sent:?}");
+
+    // The silent gear now: the working one drained, the silent one in.
+    let (code, out, err) = lb.ctl(&["rotate-in", "silent"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = lb.ctl(&["rotate-out", "web1", "--timeout", "5s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // A 3 s upload the gear takes, then silence: 504 two seconds after the last byte,
+    // not two seconds after the first.
+    let (got, answered, sent) = tokio::task::spawn_blocking(move || {
+        paced_upload(proxy, "/quiet", 15_000, 1_000, Duration::from_millis(200))
+    })
+    .await
+    .unwrap();
+    assert!(got.starts_with("HTTP/1.1 504"), "{got}");
+    assert!(sent >= Duration::from_millis(2_700), "{sent:?}");
+    let after = answered.saturating_sub(sent);
+    assert!(
+        after >= Duration::from_millis(1_500) && after < Duration::from_millis(3_500),
+        "504 {after:?} after the request was sent"
+    );
+    // A gear that takes none of a large body: 504 about `server` after it stopped.
+    let t = Instant::now();
+    let (got, _) = tokio::task::spawn_blocking(move || raw_upload(proxy, "/stall", 64 << 20))
+        .await
+        .unwrap();
+    assert!(got.starts_with("HTTP/1.1 504"), "{got}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let silent_row = backends(&lb)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "silent")
+        .cloned()
+        .unwrap();
+    assert_eq!(silent_row["timeouts"], 2, "{silent_row}");
+}
+
+/// Issue 25, point 2: a gear that answers an upload early with a success that does not
+/// close (a redirect, say) and then stops reading: its answer goes to the client at
+/// once, as it would directly; the rest of the upload goes on under `timeouts.server`,
+/// and when the gear takes no more, its connection is closed (and the client's, whose
+/// upload is then read and dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_redirect_from_a_gear_that_stops_reading_reaches_the_client_at_once() {
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 302 Found\r\nLocation: /done\r\nContent-Length: 0\r\n\r\n"[..])
+            .before_body()
+            .then(Then::Hold(Duration::from_secs(30)))
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "[timeouts]\nserver = \"3s\"");
+    let proxy = lb.proxy;
+    let (got, answered) = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(proxy).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let t = Instant::now();
+        std::thread::spawn(move || write_upload(&mut w, "/form", 32 << 20));
+        let got = read_response(&mut s, &mut Vec::new());
+        (got, t.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(got.starts_with("HTTP/1.1 302"), "{got}");
+    assert!(
+        answered < Duration::from_secs(1),
+        "the redirect took {answered:?} (server = 3s)"
+    );
+    // The gear's connection and the request's count are let go of once the gear has
+    // taken nothing for `server`.
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            let b = &lb.status_json()["backends"][0];
+            b["sessions"] == 0 && b["connections_open"] == 0
+        })
+        .await,
+        "{}",
+        lb.status_json()["backends"][0]
+    );
+}
+
+/// A gear that answers an upload at once and reads the body afterwards (full duplex):
+/// the answer reaches the client before the body is sent, the body follows to the gear
+/// whole, and both connections carry the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_from_a_gear_that_reads_on_leaves_both_connections_usable() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|req| {
+        if req.head.starts_with("POST ") {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly"[..]).before_body()
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"[..])
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+    const LEN: usize = 300_000;
+    s.write_all(
+        format!("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: {LEN}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let (head, body) = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut s, &mut buf))
+        .await
+        .expect("the answer before the body")
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"early");
+    for _ in 0..10 {
+        s.write_all(&[b'b'; LEN / 10]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            lb.status_json()["backends"][0]["connections_idle"] == 1
+        })
+        .await,
+        "the gear's connection went back to the pool: {}",
+        lb.status_json()["backends"][0]
+    );
+    let seen = gear.seen();
+    assert!(
+        seen[0].complete && seen[0].body.len() == LEN,
+        "{:?}",
+        seen[0].head
+    );
+    s.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"next");
+    assert_eq!(gear.connections.load(Ordering::SeqCst), 1);
+}

@@ -128,6 +128,89 @@ pub fn encode_chunk(data: &[u8], out: &mut BytesMut) {
 /// The end of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// The end of a chunked body carrying trailer fields (RFC 9112 §7.1.2), those a
+/// recipient may take as trailers (see [`trailer_allowed`]).
+pub fn last_chunk(trailers: &HeaderMap) -> Bytes {
+    let mut out = BytesMut::with_capacity(64);
+    out.put_slice(b"0\r\n");
+    for (k, v) in trailers {
+        if trailer_allowed(k) {
+            out.put_slice(k.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(v.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Whether a field may travel as a trailer: not one that frames, routes or controls the
+/// message, which must be known before the body (RFC 9110 §6.5.1), nor a hop-by-hop one.
+pub fn trailer_allowed(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "content-length"
+            | "transfer-encoding"
+            | "trailer"
+            | "te"
+            | "host"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "upgrade"
+            | "content-type"
+            | "content-encoding"
+            | "content-range"
+            | "cache-control"
+            | "expect"
+            | "max-forwards"
+            | "authorization"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+            | "www-authenticate"
+            | "set-cookie"
+            | "cookie"
+            | "age"
+            | "expires"
+            | "date"
+            | "location"
+            | "retry-after"
+            | "vary"
+            | "warning"
+    )
+}
+
+/// Trailer fields as a recipient may take them ([`trailer_allowed`]); `None` if none is.
+pub fn allowed_trailers(mut t: HeaderMap) -> Option<HeaderMap> {
+    if t.keys().any(|k| !trailer_allowed(k)) {
+        let names: Vec<HeaderName> = t.keys().filter(|k| !trailer_allowed(k)).cloned().collect();
+        for n in names {
+            t.remove(n);
+        }
+    }
+    (!t.is_empty()).then_some(t)
+}
+
+/// An interim (`1xx`) response head as it goes to an HTTP/1.1 client: the status line
+/// and its fields, hop-by-hop ones removed by the caller.
+pub fn encode_interim(parts: &http::response::Parts) -> Bytes {
+    let mut out = BytesMut::with_capacity(64);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(parts.status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.put_slice(b"\r\n");
+    for (k, v) in &parts.headers {
+        out.put_slice(k.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(v.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
 /// How a response body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyLen {
@@ -297,8 +380,8 @@ fn content_length_pieces(h: &HeaderMap) -> Result<(Option<u64>, usize), ParseErr
     Ok((found, pieces))
 }
 
-/// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions and
-/// trailer fields are read and dropped.
+/// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions are
+/// read and dropped; trailer fields are kept ([`Chunked::take_trailers`]).
 #[derive(Debug, Default)]
 pub struct Chunked {
     state: ChunkState,
@@ -306,6 +389,8 @@ pub struct Chunked {
     left: u64,
     /// Trailer bytes seen so far.
     trailers: usize,
+    /// The trailer section as read (field lines, each with its CRLF).
+    trailer_lines: Option<BytesMut>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -331,6 +416,30 @@ pub enum Step {
 impl Chunked {
     pub fn is_done(&self) -> bool {
         self.state == ChunkState::Done
+    }
+
+    /// The trailer fields read after the last chunk, those a recipient may take (see
+    /// [`allowed_trailers`]); malformed ones are dropped whole, never half-read.
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        let mut lines = self.trailer_lines.take()?;
+        lines.put_slice(b"\r\n");
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let Ok(httparse::Status::Complete((_, fields))) =
+            httparse::parse_headers(&lines, &mut slots)
+        else {
+            return None;
+        };
+        let mut map = HeaderMap::with_capacity(fields.len());
+        for f in fields {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(f.name.as_bytes()),
+                HeaderValue::from_bytes(f.value),
+            ) else {
+                return None;
+            };
+            map.append(name, value);
+        }
+        allowed_trailers(map)
     }
 
     /// Take what `buf` holds of the body: the next data, or its end.
@@ -382,6 +491,9 @@ impl Chunked {
                         self.state = ChunkState::Done;
                         return Ok(Step::End);
                     }
+                    let lines = self.trailer_lines.get_or_insert_with(BytesMut::new);
+                    lines.put_slice(&line);
+                    lines.put_slice(b"\r\n");
                 }
                 ChunkState::Done => return Ok(Step::End),
             }

@@ -37,6 +37,7 @@ pub mod io;
 pub mod phase;
 pub mod tunnel;
 pub mod upstream;
+pub mod wait;
 
 use std::future::Future as _;
 use std::sync::atomic::Ordering;
@@ -64,7 +65,8 @@ pub use body::ProxyBody;
 use client::ConnState;
 use h1::ReqFraming;
 use io::Clock;
-use upstream::{Check, Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
+use upstream::{Answer, Check, Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
+use wait::{Phase, Wait};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
 #[derive(Clone, Debug)]
@@ -78,6 +80,8 @@ pub struct Settings {
     /// Requests in a row a client connection may send to the backend of its previous
     /// request (see [`crate::routing::affinity`]); 0 = every request chosen afresh.
     pub connection_affinity: u32,
+    /// Streams an HTTP/2 client connection may have open at once.
+    pub h2_max_concurrent_streams: u32,
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
@@ -117,6 +121,7 @@ impl Settings {
             max_header_size: c.limits.max_header_size,
             retries: c.proxy.retries,
             connection_affinity: c.proxy.connection_affinity,
+            h2_max_concurrent_streams: c.proxy.h2_max_concurrent_streams,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
             log_requests: c.log.requests || c.log.requests_forced,
@@ -347,22 +352,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Marks the connection as waiting on a backend until dropped.
-struct WaitingUpstream<'a>(&'a ConnState);
-
-impl<'a> WaitingUpstream<'a> {
-    fn new(s: &'a ConnState) -> Self {
-        s.upstream_wait_started();
-        WaitingUpstream(s)
-    }
-}
-
-impl Drop for WaitingUpstream<'_> {
-    fn drop(&mut self) {
-        self.0.waiting_upstream.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Why a request could not be forwarded; mapped to a status in one place.
 #[derive(Debug, thiserror::Error)]
 enum ForwardError {
@@ -373,8 +362,12 @@ enum ForwardError {
     /// Sent (at least partly) and failed before a response head.
     #[error("backend failed before answering: {0}")]
     Upstream(SendError),
-    #[error("no response head within {0:?}")]
+    #[error("no progress from the backend within {0:?}")]
     Timeout(Duration),
+    /// An HTTP/2 stream's request body stalled for `timeouts.client` (an HTTP/1
+    /// connection that stalls is closed by its watchdog instead).
+    #[error("no request body progress within {0:?}")]
+    ClientTimeout(Duration),
     /// The client's request body failed (malformed chunked framing, or the client went
     /// away mid-upload): the client's fault, never counted against the backend.
     #[error("{0}")]
@@ -398,6 +391,7 @@ impl ForwardError {
                 StatusCode::BAD_GATEWAY
             }
             ForwardError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ForwardError::ClientTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ForwardError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ForwardError::Refused(status, _) => *status,
         }
@@ -413,6 +407,9 @@ impl ForwardError {
             }
             ForwardError::Timeout(_) => {
                 "504 Gateway Timeout: the web gear did not answer in time.\n"
+            }
+            ForwardError::ClientTimeout(_) => {
+                "408 Request Timeout: the request body did not arrive in time.\n"
             }
             ForwardError::ClientBody(_) => {
                 "400 Bad Request: the request body was malformed or incomplete.\n"
@@ -435,7 +432,11 @@ struct LogLine {
     path: String,
 }
 
-async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handle(
+    frontend: FrontendRequest,
+    req: Request<Incoming>,
+    wait: Arc<Wait>,
+) -> Response<ProxyBody> {
     let conn = &frontend.0;
     let ctx = &conn.ctx;
     let settings = ctx.settings.load_full();
@@ -446,7 +447,7 @@ async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<P
             method: req.method().clone(),
             path: req.uri().path().to_string(),
         });
-    let (resp, backend) = match forward(conn, &settings, req).await {
+    let (resp, backend) = match forward(conn, &settings, req, &wait).await {
         Ok((resp, backend)) => (resp, backend),
         Err((e, backend)) => {
             if let ForwardError::NoBackend = e {
@@ -457,6 +458,8 @@ async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<P
             (error_response(&e), backend)
         }
     };
+    // The response body says what it waits on once it is polled.
+    wait.idle();
     let status = resp.status().as_u16();
     ctx.stats.response(status);
     if let Some(LogLine {
@@ -526,6 +529,7 @@ async fn forward(
     conn: &Arc<ConnState>,
     settings: &Settings,
     mut req: Request<Incoming>,
+    wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
     let upgrade = forward::is_upgrade(req.headers());
@@ -599,12 +603,11 @@ async fn forward(
     } else {
         Check::Kernel
     };
-    let pending = (!empty).then(|| upstream::Pending::new(&conn.uploads));
     let mut req = Outgoing {
         head,
         method: parts.method,
         framing,
-        body: ReqBody::Incoming(body, pending),
+        body: ReqBody::Incoming(body),
     };
     let mut tried: Vec<Arc<Backend>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
@@ -624,8 +627,8 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(conn, settings, &backend, req, check, replay.as_ref()).await {
-            Ok((head, up)) => {
+        match send_once(settings, &backend, req, check, replay.as_ref(), wait).await {
+            Ok((Answer { head, upload }, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
                 let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
@@ -645,7 +648,11 @@ async fn forward(
                     conn,
                     settings,
                     head,
-                    up,
+                    Exchanged {
+                        conn: up,
+                        upload,
+                        wait: wait.clone(),
+                    },
                     flight,
                     insert_cookie,
                     secure,
@@ -693,14 +700,15 @@ async fn forward(
 /// the same backend, and the backend is not blamed (as nginx does for its cached
 /// connections). Without this, with one gear or `proxy.retries = 0`, a GET would get a
 /// 502 for a race of the connection's, not a fault of the gear's.
+#[allow(clippy::too_many_arguments)]
 async fn send_once(
-    conn: &ConnState,
     settings: &Settings,
     backend: &Arc<Backend>,
     mut req: Outgoing,
     check: Check,
     replay: Option<&Replay>,
-) -> Result<(h1::Head, Conn), Failed> {
+    wait: &Wait,
+) -> Result<(Answer, Conn), Failed> {
     let t = &settings.timeouts;
     // Sent again already after a pooled connection closed under it: new connections only.
     let mut resent = false;
@@ -726,31 +734,34 @@ async fn send_once(
                 }
             },
         };
-        let waiting = WaitingUpstream::new(conn);
-        let exchange = upstream::send(&mut up, req);
-        let sent = if conn.watches_upstream() {
-            // HTTP/1: the connection's watchdog keeps the timeout (no timer per request).
-            // This request is polled in the connection's task, which polls it again right
-            // after its watchdog marked the wait as expired.
+        let sent = {
+            let exchange = upstream::send(&mut up, req, wait, None);
+            // Its timekeeper (the connection's watchdog for HTTP/1, the stream's timer
+            // for HTTP/2) marks a wait that ran out and has it polled again at once.
             let mut exchange = std::pin::pin!(exchange);
             std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
                 Poll::Ready(r) => Poll::Ready(Ok(r)),
-                Poll::Pending if conn.upstream_expired() => Poll::Ready(Err(())),
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => match wait.expired() {
+                    Some(p) => Poll::Ready(Err(p)),
+                    None => Poll::Pending,
+                },
             })
             .await
-        } else {
-            tokio::time::timeout(t.server, exchange)
-                .await
-                .map_err(|_| ())
         };
-        drop(waiting);
         match sent {
-            Err(_) => {
+            Err(phase) => {
+                // Answered here: the mark is cleared.
+                wait.reset();
+                if phase == Phase::Client {
+                    return Err(Failed::Sent(ForwardError::ClientTimeout(t.client)));
+                }
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
                 return Err(Failed::Sent(ForwardError::Timeout(t.server)));
             }
-            Ok(Ok(head)) => return Ok((head, up)),
+            Ok(Ok(answer)) => {
+                wait.idle();
+                return Ok((answer, up));
+            }
             // A pooled connection the backend had closed: the request never left.
             Ok(Err(SendFailure::NotSent(back, _))) if !fresh => req = *back,
             Ok(Err(SendFailure::NotSent(back, e))) => {
@@ -816,6 +827,14 @@ fn usable(
     }
 }
 
+/// What an exchange leaves for the response body: the backend connection, the rest of
+/// an upload the backend answered early, and the exchange's wait.
+struct Exchanged {
+    conn: Conn,
+    upload: Option<Box<upstream::Upload>>,
+    wait: Arc<Wait>,
+}
+
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
 /// inserted when the client had none for this backend, upgrades wired into a tunnel.
 ///
@@ -827,7 +846,7 @@ fn respond(
     conn: &Arc<ConnState>,
     settings: &Settings,
     head: h1::Head,
-    up: Conn,
+    up: Exchanged,
     flight: InFlight,
     insert_cookie: Option<&Sticky>,
     secure: bool,
@@ -838,7 +857,7 @@ fn respond(
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
     let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut body = UpBody::new(up, &head);
+    let mut body = UpBody::new(up.conn, &head, up.upload, Some(up.wait));
     let mut flight = Some(flight);
     if switching {
         // The backend connection now belongs to the tunnel, not the pool.
@@ -929,7 +948,10 @@ fn error_response(e: &ForwardError) -> Response<ProxyBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if matches!(e, ForwardError::Refused(..) | ForwardError::ClientBody(_)) {
+    if matches!(
+        e,
+        ForwardError::Refused(..) | ForwardError::ClientBody(_) | ForwardError::ClientTimeout(_)
+    ) {
         // What follows on this connection cannot be trusted to be framed as we think.
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }

@@ -27,7 +27,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use atomic_waker::AtomicWaker;
@@ -41,34 +41,17 @@ use tokio::net::TcpStream;
 
 use super::h1::{self, BodyLen, Head, ReqFraming};
 use super::io::{coarse_ms, Counted};
+use super::wait::{Phase, Wait};
 use crate::gear::Addr;
 use crate::stats::Traffic;
 
 /// Body of a request sent to a backend.
 #[derive(Debug)]
 pub enum ReqBody {
-    /// The client's body, streamed as it arrives, with a token held until it ends.
-    Incoming(Incoming, Option<Pending>),
+    /// The client's body, streamed as it arrives.
+    Incoming(Incoming),
     /// No body (requests rebuilt for a retry, health checks).
     Empty,
-}
-
-/// Counts one unfinished upload on a shared counter until dropped. The proxy uses it
-/// to tell "waiting on the client's body" from "waiting on the backend".
-#[derive(Debug)]
-pub struct Pending(Arc<std::sync::atomic::AtomicU32>);
-
-impl Pending {
-    pub fn new(counter: &Arc<std::sync::atomic::AtomicU32>) -> Self {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Pending(counter.clone())
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Body for ReqBody {
@@ -80,27 +63,21 @@ impl Body for ReqBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ReqBody::Incoming(b, pending) => {
-                let r = Pin::new(b).poll_frame(cx);
-                if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-                    pending.take();
-                }
-                r
-            }
+            ReqBody::Incoming(b) => Pin::new(b).poll_frame(cx),
             ReqBody::Empty => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReqBody::Incoming(b, _) => b.is_end_stream(),
+            ReqBody::Incoming(b) => b.is_end_stream(),
             ReqBody::Empty => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReqBody::Incoming(b, _) => b.size_hint(),
+            ReqBody::Incoming(b) => b.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
         }
     }
@@ -130,10 +107,9 @@ pub enum SendError {
     ClientBody(hyper::Error),
     #[error("request body longer or shorter than its Content-Length")]
     BodyLength,
-    /// The backend refused the request (an error or closing response head arrived)
-    /// before it took the whole body: [`send`] hands that answer on, never this error.
-    #[error("the backend answered before the request body was sent")]
-    Answered,
+    /// A wait ran out ([`Wait`]): on the backend (`504`), or on the client's body.
+    #[error("no progress within the {0:?} timeout")]
+    Timeout(Phase),
 }
 
 /// A failed [`send`].
@@ -155,6 +131,10 @@ const READ_MAX: usize = 512 * 1024;
 /// Longest wait for the rest of a backend's answer after a request body could not be
 /// written (see [`Conn::read_early_answer`]).
 const EARLY_ANSWER_WAIT: Duration = Duration::from_secs(1);
+
+/// Most interim (`1xx`) responses read before a final one: each is forwarded, and a
+/// backend sending them for ever would otherwise hold the exchange within its timeout.
+const MAX_INTERIM: usize = 32;
 
 /// What [`Pool::force_close`] needs of a connection, wherever it is: a flag, and the
 /// waker of whoever waits on its socket.
@@ -251,37 +231,6 @@ impl Conn {
         Poll::Ready(Ok(()))
     }
 
-    /// Write part of a request body. While the backend takes none of it (its socket is
-    /// full), whatever it sends is read: a backend that refuses the request before it
-    /// has read the whole body (`413`, `401`, or any answer that closes) and then
-    /// stops reading must not leave the request hanging until `timeouts.server`. Such
-    /// an answer ends the write with [`SendError::Answered`].
-    async fn write_body(&mut self, data: &[u8]) -> Result<(), SendError> {
-        let mut at = 0;
-        poll_fn(|cx| match self.poll_write_all(cx, data, &mut at) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(SendError::from)),
-            // A final answer that is no refusal (a full-duplex backend's success) is
-            // already here: its body waits in the backend's socket, not in this buffer,
-            // until the request body is sent and the response is read as usual.
-            Poll::Pending if early(&self.buf) != Early::Nothing => Poll::Pending,
-            Poll::Pending => match self.poll_fill(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
-                Poll::Ready(Ok(0)) => Poll::Ready(Err(SendError::Closed)),
-                Poll::Ready(Ok(_)) if early(&self.buf).refuses() => {
-                    Poll::Ready(Err(SendError::Answered))
-                }
-                Poll::Ready(Ok(_)) => {
-                    // An interim response (`100 Continue`), or part of a head: keep
-                    // writing, and look again (both wakers registered anew).
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            },
-        })
-        .await
-    }
-
     /// After writing the request failed: read what the backend sent before it went
     /// away. A response precedes the close that broke the write, so the socket is
     /// readable at once; the wait is bounded all the same. True when a final response
@@ -355,12 +304,35 @@ pub struct Outgoing {
     pub body: ReqBody,
 }
 
-/// Send `req` on `conn` and read the response head (informational responses other
-/// than `101` are skipped). The body, if any, is then read with [`UpBody`].
-pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
+/// A backend's final response head, and the rest of the request body when the backend
+/// answered before it had all of it (rows 5 and 6 of the table in the module docs): it
+/// goes on alongside the response body ([`UpBody`]).
+#[derive(Debug)]
+pub struct Answer {
+    pub head: Head,
+    pub upload: Option<Box<Upload>>,
+}
+
+/// Where interim responses go (`1xx` other than `100` and `101`), if anywhere.
+pub type Interim<'a> = Option<&'a (dyn Fn(&Head) + Sync)>;
+
+/// Send `req` on `conn` and read the response head. Interim responses are handed to
+/// `interim` (`100 Continue` excepted: the balancer answers `Expect` itself); `wait`
+/// says what the exchange waits on, for its timekeeper (see [`Wait`]). The body, if
+/// any, is then read with [`UpBody`].
+pub async fn send(
+    conn: &mut Conn,
+    req: Outgoing,
+    wait: &Wait,
+    interim: Interim<'_>,
+) -> Result<Answer, SendFailure> {
+    wait.reset();
     conn.heard = false;
     // Behind the other reads of this turn (`phase`).
     super::phase::rest_of_turn().await;
+    // Waiting on the backend from now: to take the request, and, for a request without
+    // a body (sent at once), to answer it.
+    wait.enter(Phase::Server);
     // The head: when not one byte of it could be written, the request goes back.
     let mut at = 0;
     let written = poll_fn(|cx| conn.poll_write_all(cx, &req.head, &mut at)).await;
@@ -373,43 +345,50 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
     let Outgoing {
         method,
         framing,
-        mut body,
+        body,
         ..
     } = req;
-    let mut answered_early = false;
+    let mut interims = 0;
+    let mut upload = None;
+    let mut keep = true;
     if framing != ReqFraming::Empty {
-        match send_body(conn, &mut body, framing).await {
-            Ok(()) => {}
-            Err(e @ (SendError::ClientBody(_) | SendError::BodyLength)) => {
+        let mut up = Upload::new(body, framing);
+        match drive(conn, &mut up, wait, &method, interim, &mut interims).await {
+            // The request is sent: the wait for its answer starts now.
+            Driven::Sent => wait.enter(Phase::Server),
+            // A final answer while the body still flows. A refusal (an error, or a
+            // closing answer: RFC 9112 §9.6) wants no more of it, and the connection
+            // cannot carry another request; a success goes to the client at once and
+            // the body goes on alongside (full duplex, as HAProxy forwards).
+            Driven::Answered { refused: false } => upload = Some(Box::new(up)),
+            Driven::Answered { refused: true } => keep = false,
+            Driven::Failed(e @ (SendError::ClientBody(_) | SendError::BodyLength)) => {
                 return Err(SendFailure::Sent(e))
             }
-            // The backend answered before taking the whole body, and stopped reading
-            // or closed: that answer is the response (what a client talking to the
-            // backend directly would see), not a 502.
-            Err(_) if conn.read_early_answer().await => answered_early = true,
-            Err(e) => return Err(SendFailure::Sent(e)),
+            // The backend stopped the upload (closed, reset): what it said before is the
+            // response (what a client talking to it directly would see), not a 502.
+            Driven::Failed(_) if conn.read_early_answer().await => keep = false,
+            Driven::Failed(e) => return Err(SendFailure::Sent(e)),
         }
     }
-    drop(body);
 
     loop {
         if !conn.buf.is_empty() {
             match h1::parse_response(&mut conn.buf, &method) {
-                Ok(Some(h))
-                    if h.parts.status.is_informational()
-                        && h.parts.status != http::StatusCode::SWITCHING_PROTOCOLS =>
-                {
-                    continue
+                Ok(Some(h)) if is_interim(&h) => {
+                    interims += 1;
+                    if interims > MAX_INTERIM {
+                        return Err(SendFailure::Sent(SendError::Parse(h1::ParseError::Head(
+                            "too many interim responses",
+                        ))));
+                    }
+                    forward_interim(interim, &h);
+                    continue;
                 }
-                // Part of the request body was never sent: the connection cannot
-                // carry another request.
-                Ok(Some(h)) if answered_early => {
-                    return Ok(Head {
-                        keep_alive: false,
-                        ..h
-                    })
+                Ok(Some(mut head)) => {
+                    head.keep_alive &= keep;
+                    return Ok(Answer { head, upload });
                 }
-                Ok(Some(h)) => return Ok(h),
                 Ok(None) => {}
                 Err(e) => return Err(SendFailure::Sent(e.into())),
             }
@@ -420,6 +399,109 @@ pub async fn send(conn: &mut Conn, req: Outgoing) -> Result<Head, SendFailure> {
             Err(e) => return Err(SendFailure::Sent(e.into())),
         }
     }
+}
+
+/// An interim response to pass on: `1xx`, but not `101` (final for the exchange) nor
+/// `100` (the balancer sends its own when it starts reading the client's body).
+fn is_interim(h: &Head) -> bool {
+    h.parts.status.is_informational() && h.parts.status != http::StatusCode::SWITCHING_PROTOCOLS
+}
+
+fn forward_interim(interim: Interim<'_>, h: &Head) {
+    if let Some(f) = interim {
+        if h.parts.status != http::StatusCode::CONTINUE {
+            f(h);
+        }
+    }
+}
+
+/// Take the complete interim responses at the start of `buf` out of it, passing them on.
+fn take_interims(
+    buf: &mut BytesMut,
+    method: &http::Method,
+    interim: Interim<'_>,
+    count: &mut usize,
+) -> Result<(), h1::ParseError> {
+    while early_is_interim(buf) {
+        match h1::parse_response(buf, method)? {
+            Some(h) => {
+                *count += 1;
+                if *count > MAX_INTERIM {
+                    return Err(h1::ParseError::Head("too many interim responses"));
+                }
+                forward_interim(interim, &h);
+            }
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+/// `buf` starts with a complete interim head.
+fn early_is_interim(buf: &[u8]) -> bool {
+    let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut slots);
+    matches!(r.parse(buf), Ok(httparse::Status::Complete(_)))
+        && r.code.is_some_and(|c| (100..200).contains(&c) && c != 101)
+}
+
+/// How sending a request body ended.
+enum Driven {
+    /// All of it went.
+    Sent,
+    /// A final response head arrived first (it is in the connection's buffer).
+    Answered {
+        refused: bool,
+    },
+    Failed(SendError),
+}
+
+/// Send `up`'s body, listening to the backend meanwhile: whenever the body waits (for
+/// the client's next bytes, or for the backend to take more), whatever the backend sent
+/// is read, interim responses passed on, and a complete final response head ends the
+/// wait at once.
+async fn drive(
+    conn: &mut Conn,
+    up: &mut Upload,
+    wait: &Wait,
+    method: &http::Method,
+    interim: Interim<'_>,
+    interims: &mut usize,
+) -> Driven {
+    poll_fn(|cx| loop {
+        match up.poll_send(conn, cx) {
+            Poll::Ready(Ok(())) => return Poll::Ready(Driven::Sent),
+            Poll::Ready(Err(e)) => return Poll::Ready(Driven::Failed(e)),
+            Poll::Pending => up.note_wait(wait),
+        }
+        let read = conn.poll_fill(cx);
+        if let Poll::Ready(Err(e)) = read {
+            return Poll::Ready(Driven::Failed(e.into()));
+        }
+        if take_interims(&mut conn.buf, method, interim, interims).is_err() {
+            // The response parser says what is wrong with it.
+            return Poll::Ready(Driven::Answered { refused: true });
+        }
+        match early(&conn.buf) {
+            Early::Nothing => {}
+            e => {
+                return Poll::Ready(Driven::Answered {
+                    refused: e.refuses(),
+                })
+            }
+        }
+        match read {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Driven::Failed(SendError::Closed)),
+            // Part of an answer: the backend is alive; read on until it would block.
+            Poll::Ready(Ok(_)) => {
+                if wait.phase() == Phase::Server {
+                    wait.enter(Phase::Server);
+                }
+            }
+            _ => return Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// `req` made ready for the wire (tests, and callers without a retry to prepare).
@@ -489,44 +571,177 @@ fn early(buf: &[u8]) -> Early {
     Early::Nothing
 }
 
-/// Stream the client's body to the backend with the framing of its head.
-async fn send_body(
-    conn: &mut Conn,
-    body: &mut ReqBody,
+/// A request body on its way to a backend, written as it arrives from the client with
+/// the framing of its head (trailer fields of a chunked body included).
+#[derive(Debug)]
+pub struct Upload {
+    body: ReqBody,
     framing: ReqFraming,
-) -> Result<(), SendError> {
-    let mut sent: u64 = 0;
-    let mut out = BytesMut::new();
-    loop {
-        let frame = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
-        let data = match frame {
-            None => break,
-            Some(Err(e)) => return Err(SendError::ClientBody(e)),
-            Some(Ok(f)) => match f.into_data() {
-                Ok(d) => d,
-                Err(_) => continue, // trailers are not forwarded
-            },
-        };
-        sent += data.len() as u64;
-        match framing {
-            ReqFraming::Length(n) => {
-                if sent > n {
-                    return Err(SendError::BodyLength);
-                }
-                conn.write_body(&data).await?;
-            }
-            ReqFraming::Chunked => {
-                out.clear();
-                h1::encode_chunk(&data, &mut out);
-                conn.write_body(&out).await?;
-            }
-            ReqFraming::Empty => {}
+    /// Body bytes taken from the client so far.
+    taken: u64,
+    /// What goes on the wire next, in order (a chunk's size line, its data, its CRLF),
+    /// from `out[next]` at byte `at`.
+    out: [Bytes; 3],
+    next: usize,
+    at: usize,
+    /// The client's body ended: what is in `out` is the last of it.
+    ended: bool,
+    trailers: Option<http::HeaderMap>,
+    /// What the last [`Upload::poll_send`] waited on, and whether it moved bytes.
+    waits_on: Phase,
+    moved: bool,
+}
+
+impl Upload {
+    fn new(body: ReqBody, framing: ReqFraming) -> Self {
+        Upload {
+            body,
+            framing,
+            taken: 0,
+            out: Default::default(),
+            next: 3,
+            at: 0,
+            ended: false,
+            trailers: None,
+            waits_on: Phase::Idle,
+            moved: false,
         }
     }
-    match framing {
-        ReqFraming::Length(n) if sent != n => Err(SendError::BodyLength),
-        ReqFraming::Chunked => conn.write_body(h1::LAST_CHUNK).await,
-        _ => Ok(()),
+
+    fn queue(&mut self, out: [Bytes; 3]) {
+        self.out = out;
+        self.next = 0;
+        self.at = 0;
+    }
+
+    /// Send what can go without waiting: `Ready(Ok)` once the whole body went,
+    /// `Pending` while waiting on the client or the backend (both wakers registered).
+    fn poll_send(&mut self, conn: &mut Conn, cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
+        self.moved = false;
+        loop {
+            while self.next < self.out.len() {
+                let Upload { out, next, at, .. } = self;
+                let part = &out[*next];
+                if *at >= part.len() {
+                    *next += 1;
+                    *at = 0;
+                    continue;
+                }
+                let before = *at;
+                match conn.poll_write_all(cx, part, at) {
+                    Poll::Pending => {
+                        self.moved |= self.at > before;
+                        self.waits_on = Phase::Server;
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                    Poll::Ready(Ok(())) => {
+                        self.moved = true;
+                        self.next += 1;
+                        self.at = 0;
+                    }
+                }
+            }
+            if self.ended {
+                return Poll::Ready(Ok(()));
+            }
+            // A body with a length is whole once that much came: its end is not waited
+            // for (hyper says it only with the next request head when the response was
+            // complete first).
+            if matches!(self.framing, ReqFraming::Length(n) if self.taken == n) {
+                self.ended = true;
+                continue;
+            }
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Pending => {
+                    self.waits_on = Phase::Client;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(SendError::ClientBody(e))),
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    match self.last() {
+                        Ok(last) => self.queue([last, Bytes::new(), Bytes::new()]),
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => {}
+                    Ok(data) => {
+                        self.taken += data.len() as u64;
+                        match self.framing {
+                            ReqFraming::Length(n) if self.taken > n => {
+                                return Poll::Ready(Err(SendError::BodyLength))
+                            }
+                            ReqFraming::Length(_) => self.queue([data, Bytes::new(), Bytes::new()]),
+                            ReqFraming::Chunked => {
+                                let line = Bytes::from(format!("{:x}\r\n", data.len()));
+                                self.queue([line, data, Bytes::from_static(b"\r\n")]);
+                            }
+                            ReqFraming::Empty => {}
+                        }
+                    }
+                    // Trailer fields (HTTP/2, or a chunked HTTP/1.1 body): they go in
+                    // the last chunk (RFC 9112 §7.1.2); a body sent with a length has
+                    // nowhere to carry them.
+                    Err(frame) => {
+                        if let Ok(t) = frame.into_trailers() {
+                            self.trailers = Some(t);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// The end of the body on the wire.
+    fn last(&mut self) -> Result<Bytes, SendError> {
+        match self.framing {
+            ReqFraming::Length(n) if self.taken != n => Err(SendError::BodyLength),
+            ReqFraming::Chunked => Ok(match self.trailers.take() {
+                Some(t) => h1::last_chunk(&t),
+                None => Bytes::from_static(h1::LAST_CHUNK),
+            }),
+            _ => Ok(Bytes::new()),
+        }
+    }
+
+    /// Tell `wait` what the last [`Upload::poll_send`] waits on.
+    fn note_wait(&self, wait: &Wait) {
+        if self.moved {
+            wait.enter(self.waits_on);
+        } else {
+            wait.enter_if_new(self.waits_on);
+        }
+    }
+
+    /// The body's end was written.
+    pub fn is_sent(&self) -> bool {
+        self.ended && self.next >= self.out.len()
+    }
+}
+
+/// The rest of an upload whose response is complete (a backend that answered early and
+/// reads on), sent under `wait`'s timeouts (`timeouts.client` for the client's bytes,
+/// `timeouts.server` for the backend taking them). The connection when it may carry
+/// another request.
+pub async fn finish_upload(
+    mut conn: Conn,
+    mut up: Box<Upload>,
+    wait: &Wait,
+    keep_alive: bool,
+) -> Option<Conn> {
+    wait.reset();
+    let sending = poll_fn(|cx| {
+        let r = up.poll_send(&mut conn, cx);
+        if r.is_pending() {
+            up.note_wait(wait);
+        }
+        r
+    });
+    match super::wait::watched(wait, sending).await {
+        Ok(Ok(())) if keep_alive => Some(conn),
+        _ => None,
     }
 }
 
@@ -539,18 +754,32 @@ enum Left {
     Done,
 }
 
-/// A backend's response body, read from its connection as the client takes it. Once
-/// it is read to the end, [`UpBody::take_reusable`] gives the connection back for the
-/// pool.
+/// A backend's response body, read from its connection as the client takes it, and
+/// the rest of the request body when the backend answered early (sent alongside). Once
+/// both are done, [`UpBody::take_reusable`] gives the connection back for the pool.
 #[derive(Debug)]
 pub struct UpBody {
     conn: Option<Conn>,
     left: Left,
     keep_alive: bool,
+    upload: Option<Box<Upload>>,
+    /// The backend stopped taking the upload: its connection is not used again.
+    upload_broken: bool,
+    /// Where the exchange waits, for the timeouts: on the backend while a read waits,
+    /// on the client once data was handed on and not asked for again.
+    wait: Option<Arc<Wait>>,
+    /// Trailer fields of a chunked body, handed on after its data (boxed: rare, and
+    /// every response body carries this).
+    trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl UpBody {
-    pub fn new(conn: Conn, head: &Head) -> Self {
+    pub fn new(
+        conn: Conn,
+        head: &Head,
+        upload: Option<Box<Upload>>,
+        wait: Option<Arc<Wait>>,
+    ) -> Self {
         let left = match head.body {
             BodyLen::Empty => Left::Done,
             BodyLen::Length(n) => Left::Length(n),
@@ -561,38 +790,97 @@ impl UpBody {
             conn: Some(conn),
             left,
             keep_alive: head.keep_alive,
+            upload,
+            upload_broken: false,
+            wait,
+            trailers: None,
         }
     }
 
-    /// The whole body was read.
+    /// The whole body was read and handed on.
     pub fn is_done(&self) -> bool {
-        matches!(self.left, Left::Done)
+        matches!(self.left, Left::Done) && self.trailers.is_none()
     }
 
-    /// The connection, when the body was read to its end and the connection may carry
-    /// another request.
+    /// The connection, when the body was read to its end, the request was sent in full,
+    /// and the connection may carry another request.
     pub fn take_reusable(&mut self) -> Option<Conn> {
-        if self.is_done() && self.keep_alive {
+        if self.is_done() && self.keep_alive && self.upload.is_none() && !self.upload_broken {
             self.conn.take().filter(|c| c.buf.is_empty())
         } else {
             None
         }
     }
 
+    /// The connection and the rest of the upload, once the response is complete while
+    /// the backend still takes the request body (see [`finish_upload`]); and whether
+    /// the connection may carry another request after it.
+    pub fn take_unfinished_upload(&mut self) -> Option<(Conn, Box<Upload>, bool)> {
+        if !self.is_done() || self.upload_broken {
+            return None;
+        }
+        let up = self.upload.take()?;
+        let conn = self.conn.take()?;
+        Some((conn, up, self.keep_alive))
+    }
+
     /// The connection whatever its state (a `101` response hands it to a tunnel).
     pub fn take_conn(&mut self) -> Option<Conn> {
         self.left = Left::Done;
         self.keep_alive = false;
+        self.upload = None;
         self.conn.take()
     }
 
-    pub fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, SendError>>> {
+    /// Data was handed on: until asked for more, the client is what is awaited.
+    fn handed(&self) {
+        if let Some(w) = &self.wait {
+            if matches!(self.left, Left::Done) {
+                w.idle();
+            } else {
+                w.enter(Phase::Client);
+            }
+        }
+    }
+
+    pub fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
         };
+        if let Some(p) = self.wait.as_ref().and_then(|w| w.expired()) {
+            return Poll::Ready(Some(Err(SendError::Timeout(p))));
+        }
+        // The rest of the request body goes on alongside.
+        let mut upload_waits_on_client = false;
+        let mut upload_moved = false;
+        if let Some(up) = self.upload.as_mut() {
+            match up.poll_send(conn, cx) {
+                Poll::Ready(Ok(())) => self.upload = None,
+                Poll::Ready(Err(e @ (SendError::ClientBody(_) | SendError::BodyLength))) => {
+                    return Poll::Ready(Some(Err(e)))
+                }
+                // The backend stopped taking it: its answer still goes on.
+                Poll::Ready(Err(_)) => {
+                    self.upload = None;
+                    self.upload_broken = true;
+                }
+                Poll::Pending => {
+                    upload_waits_on_client = up.waits_on == Phase::Client;
+                    upload_moved = up.moved;
+                }
+            }
+        }
         loop {
             match &mut self.left {
-                Left::Done => return Poll::Ready(None),
+                Left::Done => {
+                    if let Some(t) = self.trailers.take() {
+                        return Poll::Ready(Some(Ok(Frame::trailers(*t))));
+                    }
+                    return Poll::Ready(None);
+                }
                 Left::Length(left) => {
                     if !conn.buf.is_empty() {
                         let n = (conn.buf.len() as u64).min(*left) as usize;
@@ -601,14 +889,19 @@ impl UpBody {
                         if *left == 0 {
                             self.left = Left::Done;
                         }
-                        return Poll::Ready(Some(Ok(data)));
+                        self.handed();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                 }
                 Left::Chunked(c) => match c.decode(&mut conn.buf) {
-                    Ok(h1::Step::Data(d)) => return Poll::Ready(Some(Ok(d))),
+                    Ok(h1::Step::Data(d)) => {
+                        self.handed();
+                        return Poll::Ready(Some(Ok(Frame::data(d))));
+                    }
                     Ok(h1::Step::End) => {
+                        self.trailers = c.take_trailers().map(Box::new);
                         self.left = Left::Done;
-                        return Poll::Ready(None);
+                        continue;
                     }
                     Ok(h1::Step::More) => {}
                     Err(e) => return Poll::Ready(Some(Err(e.into()))),
@@ -616,25 +909,44 @@ impl UpBody {
                 Left::Close => {
                     if !conn.buf.is_empty() {
                         let data = conn.buf.split().freeze();
-                        return Poll::Ready(Some(Ok(data)));
+                        self.handed();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                 }
             }
-            match ready!(conn.poll_fill(cx)) {
-                Ok(0) if matches!(self.left, Left::Close) => {
+            match conn.poll_fill(cx) {
+                Poll::Pending => {
+                    if let Some(w) = &self.wait {
+                        // A backend waiting for the rest of the upload is not idle; one
+                        // taking it is not silent.
+                        let on = if upload_waits_on_client {
+                            Phase::Client
+                        } else {
+                            Phase::Server
+                        };
+                        if upload_moved {
+                            w.enter(on);
+                        } else {
+                            w.enter_if_new(on);
+                        }
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Ok(0)) if matches!(self.left, Left::Close) => {
                     self.left = Left::Done;
+                    self.handed();
                     return Poll::Ready(None);
                 }
-                Ok(0) => return Poll::Ready(Some(Err(SendError::Closed))),
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Ok(0)) => return Poll::Ready(Some(Err(SendError::Closed))),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
             }
         }
     }
 
     pub fn size_hint(&self) -> SizeHint {
         match &self.left {
-            Left::Done => SizeHint::with_exact(0),
+            Left::Done if self.trailers.is_none() => SizeHint::with_exact(0),
             Left::Length(n) => SizeHint::with_exact(*n),
             _ => SizeHint::default(),
         }
@@ -867,6 +1179,28 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait with the default limits, for exchanges nobody keeps time for.
+    fn w() -> Wait {
+        Wait::new(
+            super::super::io::Clock::new(),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// The data of a response body frame (trailers are not data).
+    async fn next_data(body: &mut UpBody) -> Option<Result<Bytes, SendError>> {
+        loop {
+            match poll_fn(|cx| body.poll_frame(cx)).await? {
+                Ok(f) => match f.into_data() {
+                    Ok(d) => return Some(Ok(d)),
+                    Err(_) => continue,
+                },
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -903,10 +1237,13 @@ mod tests {
             .header("host", "x")
             .body(ReqBody::Empty)
             .unwrap();
-        let head = send(&mut conn, outgoing(req)).await.unwrap();
-        let mut body = UpBody::new(conn, &head);
+        let head = send(&mut conn, outgoing(req), &w(), None)
+            .await
+            .unwrap()
+            .head;
+        let mut body = UpBody::new(conn, &head, None, None);
         let mut got = BytesMut::new();
-        while let Some(d) = poll_fn(|cx| body.poll_data(cx)).await {
+        while let Some(d) = next_data(&mut body).await {
             got.extend_from_slice(&d.unwrap());
         }
         (got.freeze(), body.take_reusable())
@@ -1089,7 +1426,7 @@ mod tests {
                 .header("host", "x")
                 .body(ReqBody::Empty)
                 .unwrap();
-            send(&mut busy, outgoing(req)).await.map(|_| ())
+            send(&mut busy, outgoing(req), &w(), None).await.map(|_| ())
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(pool.open_connections(), 1);
@@ -1220,11 +1557,11 @@ mod tests {
             .header("host", "x")
             .body(ReqBody::Empty)
             .unwrap();
-        let head = send(&mut s, outgoing(req)).await.unwrap();
-        let mut body = UpBody::new(s, &head);
-        let first = poll_fn(|cx| body.poll_data(cx)).await.unwrap().unwrap();
+        let head = send(&mut s, outgoing(req), &w(), None).await.unwrap().head;
+        let mut body = UpBody::new(s, &head, None, None);
+        let first = next_data(&mut body).await.unwrap().unwrap();
         assert_eq!(&first[..], b"abc");
-        let cut = poll_fn(|cx| body.poll_data(cx)).await.unwrap();
+        let cut = next_data(&mut body).await.unwrap();
         assert!(matches!(cut, Err(SendError::Closed)), "{cut:?}");
         assert!(body.take_reusable().is_none());
     }
@@ -1247,7 +1584,7 @@ mod tests {
             .header("upgrade", "x")
             .body(ReqBody::Empty)
             .unwrap();
-        let head = send(&mut s, outgoing(req)).await.unwrap();
+        let head = send(&mut s, outgoing(req), &w(), None).await.unwrap().head;
         assert_eq!(head.parts.status, 101);
         // The greeting may come in the same read as the head, or later.
         let (_, early) = s.into_upgraded();
