@@ -1655,3 +1655,103 @@ async fn an_early_answer_from_a_gear_that_reads_on_leaves_both_connections_usabl
     assert_eq!(body, b"next");
     assert_eq!(gear.connections.load(Ordering::SeqCst), 1);
 }
+
+/// RFC 9110 §15.2: a proxy forwards interim responses. A `103 Early Hints` reaches an
+/// HTTP/1.1 client as soon as the gear sends it, before the final response; an
+/// HTTP/1.0 client must not get one (and does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interim_responses_reach_http_1_1_clients_ahead_of_the_final_one() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n"[..],
+        )
+        .and_later(
+            Duration::from_millis(500),
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+    let t = Instant::now();
+    s.write_all(b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let (hint, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    let hinted = t.elapsed();
+    assert!(hint.starts_with("HTTP/1.1 103"), "{hint}");
+    assert!(hint.contains("link: </style.css>; rel=preload"), "{hint}");
+    assert!(!hint.contains("x-hop"), "hop-by-hop fields stay: {hint}");
+    assert!(
+        hinted < Duration::from_millis(400),
+        "the hint came after {hinted:?}"
+    );
+    let (fin, body) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(fin.starts_with("HTTP/1.1 200"), "{fin}");
+    assert_eq!(body, b"final");
+    // Keep-alive goes on, hint and all.
+    s.write_all(b"GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (hint, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(hint.starts_with("HTTP/1.1 103"), "{hint}");
+    let (fin, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(fin.starts_with("HTTP/1.1 200"), "{fin}");
+
+    let out = raw(
+        lb.proxy,
+        b"GET /old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        out.starts_with("HTTP/1.0 200"),
+        "an HTTP/1.0 client got {out:?}"
+    );
+}
+
+/// Trailer fields travel both ways (RFC 9110 §6.5): a request's into the chunked body
+/// sent to the gear, a response's to HTTP/2 clients and to HTTP/1.1 clients that
+/// accept them (`TE: trailers`, with the `Trailer` field naming them). Fields that
+/// must not be trailers (framing, routing, cookies) are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailer_fields_are_forwarded_both_ways() {
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 200 OK\r\nTrailer: x-checksum\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: abc\r\nset-cookie: GEAR=evil\r\ncontent-length: 9\r\n\r\n"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    // A request's trailers reach the gear, and its TE: trailers says it may send its own.
+    let out = raw(
+        lb.proxy,
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nConnection: TE, close\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-sum: 1\r\nhost: evil\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let seen = gear.seen();
+    assert_eq!(seen[0].body, b"abc");
+    assert_eq!(seen[0].trailers, "x-sum: 1\r\n", "{seen:?}");
+    assert_eq!(seen[0].headers("te"), ["trailers"]);
+    // ... and the response's reach the HTTP/1.1 client that asked for them.
+    assert!(out.contains("\r\n0\r\nx-checksum: abc\r\n\r\n"), "{out:?}");
+    assert!(!out.contains("evil"), "{out:?}");
+
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<BoxBody>();
+    let req = http::Request::get(format!("http://{}/h2", lb.proxy))
+        .header("te", "trailers")
+        .body(full(""))
+        .unwrap();
+    let resp = h2.request(req).await.unwrap();
+    use http_body_util::BodyExt;
+    let collected = resp.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().expect("trailers over HTTP/2");
+    assert_eq!(trailers["x-checksum"], "abc");
+    assert!(!trailers.contains_key("set-cookie"));
+    assert_eq!(&collected.to_bytes()[..], b"hello");
+}

@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http_body::Body as _;
@@ -152,6 +152,11 @@ pub(super) struct ConnState {
     park: AtomicBool,
     /// HTTP/2 requests arrived on this connection.
     h2: AtomicBool,
+    /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
+    /// encoded, until the socket wrapper writes them (see [`ClientIo::poll_interim`]);
+    /// `has_interim` is what the write path looks at.
+    interim: arc_swap::ArcSwapOption<bytes::BytesMut>,
+    has_interim: AtomicBool,
     /// How often the watchdog looks at a busy connection.
     tick_ms: u64,
 }
@@ -184,6 +189,8 @@ impl ConnState {
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
             h2: AtomicBool::new(false),
+            interim: arc_swap::ArcSwapOption::empty(),
+            has_interim: AtomicBool::new(false),
             // A quarter of the response timeout when that is short, so that it is kept
             // to within a quarter.
             tick_ms: TICK_MS.min(server_ms / 4).max(1),
@@ -210,6 +217,22 @@ impl ConnState {
     /// An HTTP/2 connection (streams keep their own timeouts).
     fn is_h2(&self) -> bool {
         self.h2.load(Ordering::Relaxed)
+    }
+
+    /// Pass an interim response on to this connection's HTTP/1.1 client (RFC 9110
+    /// §15.2: a proxy forwards 1xx responses). hyper's server cannot send one: the
+    /// socket wrapper writes it at the next moment hyper has nothing buffered.
+    pub fn push_interim(&self, head: &super::h1::Head) {
+        let mut headers = head.parts.headers.clone();
+        super::forward::remove_hop_headers(&mut headers);
+        let mut out = match self.interim.swap(None) {
+            // Several in a row before the socket took the first.
+            Some(prev) => Arc::unwrap_or_clone(prev),
+            None => bytes::BytesMut::new(),
+        };
+        super::h1::encode_interim(head.parts.status, &headers, &mut out);
+        self.interim.store(Some(Arc::new(out)));
+        self.has_interim.store(true, Ordering::Release);
     }
 
     /// A request arrived (its head is complete): called when hyper hands it over, before
@@ -260,6 +283,8 @@ pub(super) struct ClientIo<S> {
     closed: bool,
     /// A response's first write waits for the rest of the turn (`phase`).
     turn: WriteTurn,
+    /// An interim response being written, and how much of it went.
+    interim: Option<(bytes::Bytes, usize)>,
 }
 
 impl<S> ClientIo<S> {
@@ -274,6 +299,7 @@ impl<S> ClientIo<S> {
             parked: false,
             closed: false,
             turn: WriteTurn::default(),
+            interim: None,
         }
     }
 
@@ -391,6 +417,54 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> ClientIo<S> {
+    /// Write the interim responses the exchange queued, in full, before anything else.
+    /// `Ready(Ok)` when none is left. Only called when what hyper wrote before was all
+    /// flushed (from `poll_flush`, or a write that follows a flush): an interim response
+    /// then goes after the previous response and before this request's final one.
+    fn poll_interim(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.interim.is_none() && self.state.has_interim.swap(false, Ordering::Acquire) {
+            if let Some(b) = self.state.interim.swap(None) {
+                self.interim = Some((Arc::unwrap_or_clone(b).freeze(), 0));
+            }
+        }
+        while let Some((b, at)) = self.interim.as_mut() {
+            if *at >= b.len() {
+                self.interim = None;
+                break;
+            }
+            let inner = self
+                .inner
+                .as_mut()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "parked"))?;
+            match Pin::new(inner).poll_write(cx, &b[*at..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    *at += n;
+                    self.wrote(n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Before hyper writes: an interim response already started is finished; one not
+    /// started goes first only if everything hyper wrote before was flushed (else these
+    /// bytes may still be the previous response's, and it is too late for a hint).
+    fn poll_interim_before_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.interim.is_none()
+            && self.state.has_interim.load(Ordering::Relaxed)
+            && self.unflushed
+        {
+            self.state.has_interim.store(false, Ordering::Relaxed);
+            self.state.interim.store(None);
+        }
+        self.poll_interim(cx)
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -398,6 +472,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim_before_write(cx))?;
+        }
         if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
@@ -414,6 +491,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim_before_write(cx))?;
+        }
         if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
@@ -430,6 +510,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // hyper flushes after each turn of its loop, with its own buffer written out:
+        // the moment for an interim response the exchange queued meanwhile.
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim(cx))?;
+        }
         let r = Pin::new(this.inner()?).poll_flush(cx);
         if let Poll::Ready(Ok(())) = r {
             this.unflushed = false;

@@ -194,21 +194,20 @@ pub fn allowed_trailers(mut t: HeaderMap) -> Option<HeaderMap> {
 
 /// An interim (`1xx`) response head as it goes to an HTTP/1.1 client: the status line
 /// and its fields, hop-by-hop ones removed by the caller.
-pub fn encode_interim(parts: &http::response::Parts) -> Bytes {
-    let mut out = BytesMut::with_capacity(64);
+pub fn encode_interim(status: StatusCode, headers: &HeaderMap, out: &mut BytesMut) {
+    out.reserve(64);
     out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(parts.status.as_str().as_bytes());
+    out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');
-    out.put_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.put_slice(b"\r\n");
-    for (k, v) in &parts.headers {
+    for (k, v) in headers {
         out.put_slice(k.as_str().as_bytes());
         out.put_slice(b": ");
         out.put_slice(v.as_bytes());
         out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
-    out.freeze()
 }
 
 /// How a response body ends.

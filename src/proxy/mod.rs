@@ -609,6 +609,12 @@ async fn forward(
         framing,
         body: ReqBody::Incoming(body),
     };
+    // Interim responses (103 Early Hints, …) go on to HTTP/1.1 clients (RFC 9110
+    // §15.2). Not to HTTP/1.0 ones, which must not get them, nor HTTP/2 ones: hyper's
+    // HTTP/2 server has no way to send them.
+    let push = |h: &h1::Head| conn.push_interim(h);
+    let interim: upstream::Interim<'_> =
+        (client_version == http::Version::HTTP_11).then_some(&push);
     let mut tried: Vec<Arc<Backend>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
     let mut last: Option<Arc<Backend>> = None;
@@ -627,7 +633,17 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(settings, &backend, req, check, replay.as_ref(), wait).await {
+        match send_once(
+            settings,
+            &backend,
+            req,
+            check,
+            replay.as_ref(),
+            wait,
+            interim,
+        )
+        .await
+        {
             Ok((Answer { head, upload }, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
@@ -708,6 +724,7 @@ async fn send_once(
     check: Check,
     replay: Option<&Replay>,
     wait: &Wait,
+    interim: upstream::Interim<'_>,
 ) -> Result<(Answer, Conn), Failed> {
     let t = &settings.timeouts;
     // Sent again already after a pooled connection closed under it: new connections only.
@@ -735,7 +752,7 @@ async fn send_once(
             },
         };
         let sent = {
-            let exchange = upstream::send(&mut up, req, wait, None);
+            let exchange = upstream::send(&mut up, req, wait, interim);
             // Its timekeeper (the connection's watchdog for HTTP/1, the stream's timer
             // for HTTP/2) marks a wait that ran out and has it polled again at once.
             let mut exchange = std::pin::pin!(exchange);

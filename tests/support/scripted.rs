@@ -79,6 +79,8 @@ pub enum Then {
 #[derive(Clone, Debug)]
 pub struct Reply {
     pub bytes: Vec<u8>,
+    /// More bytes written this long after `bytes` (an interim response, then the final).
+    pub later: Option<(Duration, Vec<u8>)>,
     pub when: When,
     pub then: Then,
 }
@@ -88,9 +90,16 @@ impl Reply {
     pub fn after(bytes: impl Into<Vec<u8>>) -> Reply {
         Reply {
             bytes: bytes.into(),
+            later: None,
             when: When::AfterBody,
             then: Then::KeepAlive,
         }
+    }
+
+    /// And `bytes` after `wait`.
+    pub fn and_later(mut self, wait: Duration, bytes: impl Into<Vec<u8>>) -> Reply {
+        self.later = Some((wait, bytes.into()));
+        self
     }
 
     pub fn then(mut self, then: Then) -> Reply {
@@ -194,6 +203,12 @@ async fn serve(
         }
         if s.write_all(&reply.bytes).await.is_err() {
             return true;
+        }
+        if let Some((wait, bytes)) = &reply.later {
+            tokio::time::sleep(*wait).await;
+            if s.write_all(bytes).await.is_err() {
+                return true;
+            }
         }
         match reply.then {
             Then::Close => return false,
