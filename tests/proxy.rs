@@ -1755,3 +1755,41 @@ async fn trailer_fields_are_forwarded_both_ways() {
     assert!(!trailers.contains_key("set-cookie"));
     assert_eq!(&collected.to_bytes()[..], b"hello");
 }
+
+/// A response body the gear cuts short or frames badly reaches the client as far as it
+/// went, then cut (no last chunk, the connection closed): the client can tell a
+/// truncated answer, where an empty reply says nothing of what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went() {
+    let gear = Scripted::start(|req| {
+        let cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+        if req.head.starts_with("GET /bad ") {
+            Reply::after([&cut[..], b"zz\r\nworld\r\n"].concat())
+        } else if req.head.starts_with("GET /short ") {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello"[..])
+                .then(Then::Close)
+        } else {
+            Reply::after(&cut[..]).then(Then::Close)
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for path in ["/bad", "/cut"] {
+        let out = raw(
+            lb.proxy,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        );
+        assert!(out.starts_with("HTTP/1.1 200"), "{path}: {out:?}");
+        assert!(out.ends_with("\r\n\r\n5\r\nhello\r\n"), "{path}: {out:?}");
+    }
+    let out = raw(
+        lb.proxy,
+        b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out:?}");
+    assert!(out.contains("content-length: 10"), "{out:?}");
+    assert!(out.ends_with("\r\n\r\nhello"), "{out:?}");
+}

@@ -52,6 +52,7 @@ impl ProxyBody {
     pub(super) fn upstream(body: UpBody, flight: InFlight) -> Self {
         let mut u = UpstreamBody {
             body,
+            cut: None,
             flight: Some(flight),
         };
         // A body-less response frees its connection before the client is answered.
@@ -76,16 +77,34 @@ impl Body for ProxyBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        match &mut this.kind {
             BodyKind::Text(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => {
-                let r = u.body.poll_frame(cx);
-                match &r {
-                    Poll::Ready(Some(Err(e))) => u.failed(e),
-                    Poll::Ready(_) => u.return_if_done(),
-                    Poll::Pending => {}
+                let r = match u.cut.take() {
+                    Some(e) => Poll::Ready(Some(Err(*e))),
+                    None => u.body.poll_frame(cx),
+                };
+                match r {
+                    Poll::Ready(Some(Err(e))) => {
+                        // The client gets what came before the failure, then the cut:
+                        // once what hyper was given is written out.
+                        if let Some(f) = &this._frontend {
+                            if !f.0.flushed_or_wait(cx) {
+                                u.body.wait_on_client();
+                                u.cut = Some(Box::new(e));
+                                return Poll::Pending;
+                            }
+                        }
+                        u.failed(&e);
+                        Poll::Ready(Some(Err(e)))
+                    }
+                    Poll::Ready(r) => {
+                        u.return_if_done();
+                        Poll::Ready(r)
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
-                r
             }
         }
     }
@@ -109,6 +128,8 @@ impl Body for ProxyBody {
 /// A backend's response body and the request's in-flight count on the backend.
 struct UpstreamBody {
     body: UpBody,
+    /// The body failed; said once the client has what came before.
+    cut: Option<Box<SendError>>,
     /// Taken by the end of an upload that outlives the response.
     flight: Option<InFlight>,
 }

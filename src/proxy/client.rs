@@ -157,6 +157,12 @@ pub(super) struct ConnState {
     /// `has_interim` is what the write path looks at.
     interim: arc_swap::ArcSwapOption<bytes::BytesMut>,
     has_interim: AtomicBool,
+    /// The socket wrapper took bytes (or hyper asked it to, and the write waits for the
+    /// rest of the turn) since its last completed flush: hyper may still hold some.
+    unflushed: AtomicBool,
+    /// Who waits for the next completed flush ([`ConnState::flushed_or_wait`]).
+    flushed: atomic_waker::AtomicWaker,
+    flush_wanted: AtomicBool,
     /// How often the watchdog looks at a busy connection.
     tick_ms: u64,
 }
@@ -191,6 +197,9 @@ impl ConnState {
             h2: AtomicBool::new(false),
             interim: arc_swap::ArcSwapOption::empty(),
             has_interim: AtomicBool::new(false),
+            unflushed: AtomicBool::new(false),
+            flushed: atomic_waker::AtomicWaker::new(),
+            flush_wanted: AtomicBool::new(false),
             // A quarter of the response timeout when that is short, so that it is kept
             // to within a quarter.
             tick_ms: TICK_MS.min(server_ms / 4).max(1),
@@ -217,6 +226,19 @@ impl ConnState {
     /// An HTTP/2 connection (streams keep their own timeouts).
     fn is_h2(&self) -> bool {
         self.h2.load(Ordering::Relaxed)
+    }
+
+    /// Everything written to the client so far went out (`true`); else the task in `cx`
+    /// is woken at the next completed flush. A response body that failed waits for
+    /// this before it says so: hyper drops what it still holds of a response whose body
+    /// fails, and the client would get nothing at all instead of a cut.
+    pub fn flushed_or_wait(&self, cx: &mut Context<'_>) -> bool {
+        if !self.unflushed.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.flushed.register(cx.waker());
+        self.flush_wanted.store(true, Ordering::Relaxed);
+        !self.unflushed.load(Ordering::Relaxed)
     }
 
     /// Pass an interim response on to this connection's HTTP/1.1 client (RFC 9110
@@ -274,9 +296,6 @@ pub(super) struct ClientIo<S> {
     slot: Option<Arc<OnceLock<(S, Handback)>>>,
     /// The last four bytes read.
     tail: [u8; 4],
-    /// Bytes were written, or hyper asked to write some and the write waits for the
-    /// rest of the turn (`phase`), since the last completed flush.
-    unflushed: bool,
     /// End-of-stream was reported to hyper to park the connection.
     parked: bool,
     /// hyper shut the connection's write side: it is closing.
@@ -295,7 +314,6 @@ impl<S> ClientIo<S> {
             slot,
             // Nothing read yet: nothing half-read either.
             tail: *b"\r\n\r\n",
-            unflushed: false,
             parked: false,
             closed: false,
             turn: WriteTurn::default(),
@@ -311,7 +329,7 @@ impl<S> ClientIo<S> {
 
     fn wrote(&mut self, n: usize) {
         if n > 0 {
-            self.unflushed = true;
+            self.state.unflushed.store(true, Ordering::Relaxed);
             self.touch();
             self.state
                 .ctx
@@ -330,7 +348,7 @@ impl<S> ClientIo<S> {
             && st.park.load(Ordering::Relaxed)
             && st.in_flight.load(Ordering::Relaxed) == 0
             && !st.last_had_body.load(Ordering::Relaxed)
-            && !self.unflushed
+            && !st.unflushed.load(Ordering::Relaxed)
             && ends_head(&self.tail)
     }
 
@@ -339,7 +357,7 @@ impl<S> ClientIo<S> {
     fn wait_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let r = self.turn.poll_ready(cx);
         if r.is_pending() {
-            self.unflushed = true;
+            self.state.unflushed.store(true, Ordering::Relaxed);
         }
         r
     }
@@ -456,7 +474,7 @@ impl<S: AsyncWrite + Unpin> ClientIo<S> {
     fn poll_interim_before_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.interim.is_none()
             && self.state.has_interim.load(Ordering::Relaxed)
-            && self.unflushed
+            && self.state.unflushed.load(Ordering::Relaxed)
         {
             self.state.has_interim.store(false, Ordering::Relaxed);
             self.state.interim.store(None);
@@ -517,7 +535,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         }
         let r = Pin::new(this.inner()?).poll_flush(cx);
         if let Poll::Ready(Ok(())) = r {
-            this.unflushed = false;
+            let st = &this.state;
+            st.unflushed.store(false, Ordering::Relaxed);
+            if st.flush_wanted.load(Ordering::Relaxed) {
+                st.flush_wanted.store(false, Ordering::Relaxed);
+                st.flushed.wake();
+            }
         }
         r
     }

@@ -771,6 +771,11 @@ pub struct UpBody {
     /// Trailer fields of a chunked body, handed on after its data (boxed: rare, and
     /// every response body carries this).
     trailers: Option<Box<http::HeaderMap>>,
+    /// The body failed (cut, malformed, timed out): reported at the next poll, once
+    /// what was handed on before went out (see [`UpBody::poll_frame`]).
+    failed: Option<Box<SendError>>,
+    /// Whether that delay was taken already.
+    delayed: bool,
 }
 
 impl UpBody {
@@ -794,6 +799,8 @@ impl UpBody {
             upload_broken: false,
             wait,
             trailers: None,
+            failed: None,
+            delayed: false,
         }
     }
 
@@ -832,6 +839,13 @@ impl UpBody {
         self.conn.take()
     }
 
+    /// What is awaited now is the client taking what it was given.
+    pub fn wait_on_client(&self) {
+        if let Some(w) = &self.wait {
+            w.enter(Phase::Client);
+        }
+    }
+
     /// Data was handed on: until asked for more, the client is what is awaited.
     fn handed(&self) {
         if let Some(w) = &self.wait {
@@ -843,10 +857,31 @@ impl UpBody {
         }
     }
 
+    /// The next frame of the body. A failure (the backend cut the body short, framed it
+    /// badly, or went silent) is reported one poll late: hyper drops a response whose
+    /// body fails with what it has not written yet (its head, the last data), so the
+    /// client would get nothing at all; the delay lets it write them first, and the
+    /// client gets the body as far as it went, then a cut (RFC 9112 §8: an incomplete
+    /// message, which a client can tell).
     pub fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
+        if let Some(e) = self.failed.take() {
+            return Poll::Ready(Some(Err(*e)));
+        }
+        match self.poll_next(cx) {
+            Poll::Ready(Some(Err(e))) if !self.delayed => {
+                self.delayed = true;
+                self.failed = Some(Box::new(e));
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            r => r,
+        }
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
         };
