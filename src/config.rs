@@ -193,6 +193,10 @@ pub struct ProxyConfig {
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; HAProxy's `tune.h2.max-concurrent-streams`).
     /// Default 100.
     pub h2_max_concurrent_streams: u32,
+    /// How long a backend host name's addresses are used before they are looked up
+    /// again, in the background (HAProxy's resolvers `hold valid`); a backend whose
+    /// addresses all refuse is looked up again at once. Default 10s.
+    pub dns_ttl: Duration,
 }
 
 /// Which forwarding headers gearlb sets: `[proxy] forwarded_headers`, a list of header
@@ -465,6 +469,7 @@ impl Default for Config {
                 retries: 3,
                 connection_affinity: 16,
                 h2_max_concurrent_streams: 100,
+                dns_ttl: Duration::from_secs(10),
             },
             log: LogConfig::default(),
             health: HealthConfig {
@@ -737,6 +742,7 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
         1,
         10_000,
     ) as u32;
+    cfg.proxy.dns_ttl = r.duration("dns_ttl", cfg.proxy.dns_ttl);
     r.finish();
 
     let t = section("log", problems);
@@ -1682,6 +1688,22 @@ mod tests {
 
         let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
         assert!(err.0[0].message.contains("expected a list of header names"));
+    }
+
+    #[test]
+    fn dns_ttl_is_a_positive_duration() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(
+            c.proxy.dns_ttl,
+            Duration::from_secs(10),
+            "HAProxy's hold valid"
+        );
+        let c = from_toml("[proxy]\ndns_ttl = \"1m\"\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.dns_ttl, Duration::from_secs(60));
+        for bad in ["\"0s\"", "\"soon\"", "10"] {
+            let err = from_toml(&format!("[proxy]\ndns_ttl = {bad}\n"), &env(&[])).unwrap_err();
+            assert_eq!(err.0[0].path, "proxy.dns_ttl", "{bad}");
+        }
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub struct Settings {
     pub connection_affinity: u32,
     /// Streams an HTTP/2 client connection may have open at once.
     pub h2_max_concurrent_streams: u32,
+    /// How long a backend host name's addresses are used (`proxy.dns_ttl`).
+    pub dns_ttl: Duration,
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
@@ -122,6 +124,7 @@ impl Settings {
             retries: c.proxy.retries,
             connection_affinity: c.proxy.connection_affinity,
             h2_max_concurrent_streams: c.proxy.h2_max_concurrent_streams,
+            dns_ttl: c.proxy.dns_ttl,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
             log_requests: c.log.requests || c.log.requests_forced,
@@ -737,7 +740,7 @@ async fn send_once(
         };
         let (mut up, fresh) = match pooled {
             Some(c) => (c, false),
-            None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
+            None => match connect(backend, settings).await {
                 Ok(c) => {
                     backend
                         .stats
@@ -812,6 +815,15 @@ async fn send_once(
             }
         }
     }
+}
+
+/// A new connection to `backend` (its name resolved through its pool's cache).
+async fn connect(backend: &Backend, settings: &Settings) -> Result<Conn, upstream::ConnectError> {
+    backend.pool.resolver().set_ttl(settings.dns_ttl);
+    backend
+        .pool
+        .connect(&backend.spec.addr, settings.timeouts.connect)
+        .await
 }
 
 /// Whether a backend's response head can go to the client as it is; `Ok` carries the

@@ -995,12 +995,120 @@ struct Idle {
     since_ms: u64,
 }
 
-/// A TCP connection to a backend address (an IP address, or a name resolved now).
-pub async fn dial(addr: &Addr) -> std::io::Result<TcpStream> {
-    match addr.socket_addr() {
-        Some(sa) => TcpStream::connect(sa).await,
-        None => TcpStream::connect((addr.host(), addr.port())).await,
+/// A backend's host name, resolved: its addresses and when they were looked up.
+#[derive(Debug)]
+struct Resolved {
+    addrs: Vec<std::net::SocketAddr>,
+    at_ms: u64,
+}
+
+/// Longest a looked-up address list is used, until `proxy.dns_ttl` says otherwise.
+const DEFAULT_DNS_TTL: Duration = Duration::from_secs(10);
+
+/// Resolves one backend's host name, for its connections and its health checks alike:
+/// once, then again in the background once the answer is older than `proxy.dns_ttl`
+/// (HAProxy's resolvers `hold valid`), and at once when connecting to every address
+/// failed (the gear may have moved). Each lookup is `getaddrinfo` on the blocking pool:
+/// once per TTL per backend, not once per connection or health check.
+#[derive(Debug)]
+pub struct Resolver {
+    cached: arc_swap::ArcSwapOption<Resolved>,
+    /// A background refresh is under way.
+    refreshing: AtomicBool,
+    ttl_ms: AtomicU64,
+    lookups: AtomicU64,
+}
+
+impl Default for Resolver {
+    fn default() -> Self {
+        Resolver {
+            cached: arc_swap::ArcSwapOption::empty(),
+            refreshing: AtomicBool::new(false),
+            ttl_ms: AtomicU64::new(DEFAULT_DNS_TTL.as_millis() as u64),
+            lookups: AtomicU64::new(0),
+        }
     }
+}
+
+impl Resolver {
+    /// How long an answer is used (`proxy.dns_ttl`; the proxy sets it as it connects).
+    pub fn set_ttl(&self, ttl: Duration) {
+        self.ttl_ms.store(ttl.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Lookups made so far.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// The addresses of `host`: the cached answer (refreshed in the background when it
+    /// is older than the TTL), or a lookup now when there is none.
+    async fn addrs(self: &Arc<Self>, host: &str, port: u16) -> io::Result<Arc<Resolved>> {
+        let Some(r) = self.cached.load_full() else {
+            return self.lookup(host, port).await;
+        };
+        let old = coarse_ms().saturating_sub(r.at_ms) >= self.ttl_ms.load(Ordering::Relaxed);
+        if old && !self.refreshing.swap(true, Ordering::AcqRel) {
+            let me = self.clone();
+            let host = host.to_string();
+            tokio::spawn(async move {
+                if let Err(e) = me.lookup(&host, port).await {
+                    tracing::debug!(%host, error = %e, "backend name lookup failed; the last answer is kept");
+                }
+                me.refreshing.store(false, Ordering::Release);
+            });
+        }
+        Ok(r)
+    }
+
+    async fn lookup(&self, host: &str, port: u16) -> io::Result<Arc<Resolved>> {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        let addrs: Vec<std::net::SocketAddr> =
+            tokio::net::lookup_host((host, port)).await?.collect();
+        if addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{host}: no address"),
+            ));
+        }
+        let r = Arc::new(Resolved {
+            addrs,
+            at_ms: coarse_ms(),
+        });
+        self.cached.store(Some(r.clone()));
+        Ok(r)
+    }
+
+    /// A TCP connection to `addr`: an IP address as is; a name through the cache, each
+    /// of its addresses in turn, and, when none answers, looked up again at once and
+    /// tried again if the answer changed.
+    pub async fn dial(self: &Arc<Self>, addr: &Addr) -> io::Result<TcpStream> {
+        if let Some(sa) = addr.socket_addr() {
+            return TcpStream::connect(sa).await;
+        }
+        let (host, port) = (addr.host(), addr.port());
+        let known = self.addrs(&host, port).await?;
+        let first = connect_any(&known.addrs).await;
+        if first.is_ok() {
+            return first;
+        }
+        match self.lookup(&host, port).await {
+            Ok(fresh) if fresh.addrs != known.addrs => connect_any(&fresh.addrs).await,
+            _ => first,
+        }
+    }
+}
+
+/// Connect to the first of `addrs` that accepts (the last error otherwise).
+async fn connect_any(addrs: &[std::net::SocketAddr]) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 impl Idle {
@@ -1044,6 +1152,8 @@ pub struct Pool {
     max_idle: usize,
     /// Bytes written to and read from this pool's connections.
     traffic: Arc<Traffic>,
+    /// The backend's host name, resolved (see [`Resolver`]).
+    resolver: Arc<Resolver>,
 }
 
 impl fmt::Debug for Pool {
@@ -1066,7 +1176,13 @@ impl Pool {
             open: Arc::new(AtomicU64::new(0)),
             max_idle,
             traffic: Arc::default(),
+            resolver: Arc::default(),
         }
+    }
+
+    /// The backend's name resolver (for its health checks too).
+    pub fn resolver(&self) -> &Arc<Resolver> {
+        &self.resolver
     }
 
     /// Bytes moved on this pool's connections (tunnels included).
@@ -1186,7 +1302,7 @@ impl Pool {
 
     /// Open a new connection to `addr`.
     pub async fn connect(&self, addr: &Addr, timeout: Duration) -> Result<Conn, ConnectError> {
-        let stream = tokio::time::timeout(timeout, dial(addr))
+        let stream = tokio::time::timeout(timeout, self.resolver.dial(addr))
             .await
             .map_err(|_| ConnectError::Timeout(timeout))??;
         stream.set_nodelay(true)?;
@@ -1711,6 +1827,54 @@ mod tests {
         assert_eq!(early(b"SSH-2.0-OpenSSH\r\n\r\n"), Early::Bad);
         let huge = [b"HTTP/1.1 200 OK\r\nX: ".as_slice(), &[b'a'; h1::MAX_HEAD]].concat();
         assert_eq!(early(&huge), Early::Bad, "no end of head in sight");
+    }
+
+    /// Issue 25, point 7: a backend named by host name is looked up once per TTL (then
+    /// in the background, the last answer used meanwhile), and at once when no address
+    /// answers; not once per connection (nor per health check: they dial through the
+    /// same resolver).
+    #[tokio::test]
+    async fn host_names_are_looked_up_once_per_ttl_and_again_when_connecting_fails() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepting = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let pool = Pool::new(4);
+        let r = pool.resolver().clone();
+        r.set_ttl(Duration::from_secs(60));
+        let addr: Addr = format!("localhost:{port}").parse().unwrap();
+        for _ in 0..20 {
+            pool.connect(&addr, Duration::from_secs(5)).await.unwrap();
+        }
+        assert_eq!(r.lookups(), 1, "one lookup for 20 connections");
+
+        // An answer older than the TTL is refreshed in the background.
+        r.set_ttl(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        pool.connect(&addr, Duration::from_secs(5)).await.unwrap();
+        r.set_ttl(Duration::from_secs(60));
+        for _ in 0..200 {
+            if r.lookups() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(r.lookups(), 2);
+
+        // Nothing listens any more: each failed connect looks the name up again.
+        accepting.abort();
+        let _ = accepting.await;
+        assert!(pool.connect(&addr, Duration::from_secs(5)).await.is_err());
+        assert_eq!(r.lookups(), 3);
+
+        // An IP address is never looked up.
+        let ip: Addr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert!(pool.connect(&ip, Duration::from_secs(5)).await.is_err());
+        assert_eq!(r.lookups(), 3);
     }
 
     #[tokio::test]
