@@ -890,11 +890,11 @@ fn respond(
     let mut flight = Some(flight);
     if switching {
         // The backend connection now belongs to the tunnel, not the pool.
-        let up = body.take_conn();
+        let up = body.take_conn().and_then(Conn::into_upgraded);
         if let (Some(client), Some(up), Some(flight)) = (client_upgrade, up, flight.take()) {
             tokio::spawn(tunnel::run(
                 client,
-                up.into_upgraded(),
+                up,
                 flight,
                 conn.clone(),
                 settings.timeouts.tunnel,

@@ -16,10 +16,88 @@
 //! the building before it retries it elsewhere: [`send`] hands back a request of which
 //! no byte was written.
 //!
-//! A connection returns to the pool only when its response body was read to the end and
-//! the response allows another request (see [`UpBody`]); anything else closes it.
-//! [`Pool::force_close`] (the drain deadline) cuts busy connections too: each one has a
-//! `ConnCell` whose waker is set whenever its owner waits on the socket.
+//! A connection returns to the pool only when its response body was read to the end,
+//! the request was sent in full, and the response allows another request (see
+//! [`UpBody`]); anything else closes it. [`Pool::force_close`] (the drain deadline)
+//! cuts busy connections too: each one has a `ConnCell` whose waker is set whenever its
+//! owner waits on the socket. A backend named by host name is resolved once per
+//! `proxy.dns_ttl` ([`Resolver`]).
+//!
+//! # The exchange, as a decision table
+//!
+//! What the balancer does with what a gear sends on an HTTP/1.1 connection. "Test"
+//! names the test that holds the row (`tests/proxy.rs` unless said; `u::` is this
+//! module's unit tests, many on scripted I/O; `h1::`, `forward::`, `wait::` those
+//! modules'; `h2c` is `tests/h2c.rs`).
+//!
+//! **Response framing** (RFC 9112 §6.3, in its order; the first row that applies wins)
+//!
+//! | the response | the balancer | test |
+//! |---|---|---|
+//! | answers `HEAD`, or is `1xx`, `204`, `304` | no body, whatever its head says (§6.3 ¶1–2); a `Content-Length` is passed on, once | `h1::response_heads_and_their_framing`, `h1::a_length_written_several_times_is_passed_on_once` |
+//! | `Transfer-Encoding` with `chunked` last | chunked, decoded and re-framed for the client; a `Content-Length` beside it is dropped and the connection not reused (§6.3 ¶3) | `h1::response_heads_and_their_framing`, `backends_closing_idle_keep_alive_connections_fail_no_request` |
+//! | `Transfer-Encoding` without `chunked` (`gzip`) | read to the close (§6.3 ¶3), never reused | `h1::response_heads_and_their_framing`, `transfer_codings_other_than_chunked_are_refused_or_passed_faithfully` |
+//! | other codings than `chunked` (`gzip, chunked`) | kept for an HTTP/1.1 client (hyper adds the chunked framing, RFC 9112 §6.1); `502` for HTTP/1.0 (§6.1: no Transfer-Encoding to it) and HTTP/2 clients (RFC 9113 §8.2.2) | `transfer_codings_other_than_chunked_are_refused_or_passed_faithfully` |
+//! | `chunked` twice, or not last with other codings | `502` (§6.1: chunked at most once, last) | `forward::transfer_codings_other_than_chunked` |
+//! | `Content-Length`, one number (perhaps written several times: `3, 3`) | that length; passed on written once (RFC 9110 §8.6) | `host_and_length_are_made_valid_http_1_1` |
+//! | `Content-Length` not a number, or several different ones | `502`, connection closed (§6.3 ¶5) | `h1::partial_heads_wait_and_bad_ones_are_errors` |
+//! | neither | read to the close (§6.3 ¶8), never reused | `u::chunked_close_delimited_and_closing_responses` |
+//! | HTTP/1.0 with `Transfer-Encoding` | framing faulty: closed after it, whatever `Connection` says (§6.1) | `an_http_1_0_response_with_transfer_encoding_closes_its_connection` |
+//! | a head larger than 256 KiB, 100 fields, or not HTTP | `502`, connection closed | `h1::partial_heads_wait_and_bad_ones_are_errors` |
+//! | a body cut short, or chunks malformed | the client gets the body as far as it went, then a cut (no last chunk, a short length; §8: incomplete); connection closed | `a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went`, `h1::malformed_chunked_bodies_are_errors` |
+//!
+//! **Reuse** (RFC 9112 §9.3, §9.6)
+//!
+//! | the exchange | the connection | test |
+//! |---|---|---|
+//! | HTTP/1.1 without `close` (HTTP/1.0 with `keep-alive`), body read to its end, request sent in full | pooled | `u::connections_are_reused_after_a_full_response` |
+//! | `Connection: close`, HTTP/1.0 without `keep-alive` | closed after the body (§9.6) | `u::chunked_close_delimited_and_closing_responses` |
+//! | a pooled connection the gear closed before one byte came back | a replayable request (idempotent, no body: RFC 9110 §9.2.2) goes again on a new connection, others get `502` | `a_get_on_a_pooled_connection_the_gear_closes_is_sent_again_a_post_is_not` |
+//!
+//! **Answers before the request body was sent** (RFC 9112 §9.6)
+//!
+//! While the body waits (on the client's bytes, or on the gear to take them), what
+//! the gear sends is read: interim responses go on, and a complete final head ends
+//! the wait at once.
+//!
+//! | the answer | the balancer | test |
+//! |---|---|---|
+//! | an error (`>= 400`), or `Connection: close`, or not HTTP | the answer is the response, at once; no more body is sent; the connection is closed; the client's connection too, after reading and dropping the rest of its upload (lingering close) | `a_backend_answering_before_the_upload_ends_is_heard`, `a_client_that_sends_its_whole_upload_first_still_gets_the_refusal`, `u::a_refusal_while_the_body_waits_on_the_client_stops_the_upload` |
+//! | the gear closed or reset while the body was written | what it answered before is the response; else `502` | `u::an_answer_before_a_broken_upload_is_the_response` |
+//! | a success (`2xx`, `3xx`) without `close` | full duplex: the answer goes to the client at once, the rest of the body goes on alongside, and after the response in a task of its own (counted, timed: `client` / `server`); pooled once both are done, closed if the gear stops taking it | `an_early_redirect_from_a_gear_that_stops_reading_reaches_the_client_at_once`, `an_early_answer_from_a_gear_that_reads_on_leaves_both_connections_usable`, `u::a_success_before_the_whole_body_goes_on_at_once_and_the_rest_is_bounded` |
+//!
+//! **Upgrades** (RFC 9110 §7.8, §15.2.2)
+//!
+//! | the response | the balancer | test |
+//! |---|---|---|
+//! | `101` to a request with `Connection: upgrade`, every protocol of its `Upgrade` one the client listed | tunnel; the bytes after the head go first | `open_websockets_are_sessions_until_they_close`, `u::an_upgrade_hands_over_the_socket_and_the_bytes_after_the_head` |
+//! | `101` to a request that asked for no upgrade, or switching to another protocol, or without `Upgrade` | `502`, connection closed, no tunnel (HAProxy 2.6 refuses the first) | `a_switch_to_a_protocol_nobody_asked_for_is_a_502_and_opens_no_tunnel`, `forward::a_switch_must_be_to_a_protocol_the_client_asked_for` |
+//!
+//! **Interim responses** (RFC 9110 §15.2)
+//!
+//! | the response | the balancer | test |
+//! |---|---|---|
+//! | `103`, `102`, any `1xx` but `100`, `101` | to an HTTP/1.1 client at once, before the final response (hop-by-hop fields removed); not to HTTP/1.0 (§15.2: MUST NOT), nor HTTP/2 (hyper's server cannot send one); at most 32, then `502` | `interim_responses_reach_http_1_1_clients_ahead_of_the_final_one`, `u::interim_responses_are_handed_on_but_100_continue` |
+//! | `100 Continue` | not passed on: the balancer answers `Expect: 100-continue` itself when it starts reading the body, and sends the gear none | `expect_100_continue`, `u::interim_responses_are_handed_on_but_100_continue` |
+//!
+//! **Trailers** (RFC 9110 §6.5, RFC 9112 §7.1.2)
+//!
+//! | the message | the balancer | test |
+//! |---|---|---|
+//! | a request's trailer fields (chunked HTTP/1.1, HTTP/2) | in the last chunk to the gear (none with a `Content-Length` body: nowhere to put them); `TE: trailers` passed on | `trailer_fields_are_forwarded_both_ways` |
+//! | a response's trailer fields | to HTTP/2 clients; to HTTP/1.1 clients that sent `TE: trailers`, for the fields its `Trailer` names (hyper's rule); framing, routing, cookie and similar fields dropped (§6.5.1) | `trailer_fields_are_forwarded_both_ways` |
+//!
+//! **Timeouts** (HAProxy's `timeout client` / `timeout server`: inactivity; see
+//! [`super::wait`])
+//!
+//! | the exchange waits on | limit, and what restarts it | on expiry | test |
+//! |---|---|---|---|
+//! | the gear taking the request body | `server`, from the last byte it took | `504` | `the_server_timeout_is_backend_inactivity_not_the_length_of_the_upload`, `u::the_server_timeout_counts_from_the_last_byte_sent` |
+//! | the response head | `server`, from when the request was sent in full | `504` | `slow_backend_times_out_with_504`, `the_server_timeout_is_backend_inactivity_not_the_length_of_the_upload` |
+//! | the gear, for more of the response body | `server`, from the last byte read | the body is cut | `u::a_backend_silent_mid_body_runs_out_the_server_timeout` |
+//! | the client's request body | `client`, from its last byte | HTTP/1: the connection closes; HTTP/2: `408` | `idle_clients_are_cut_at_the_client_timeout`, `h2c::a_stream_whose_request_body_stalls_gets_408_after_the_client_timeout` |
+//! | the client taking the response | `client`, from its last byte | HTTP/1: the connection closes; HTTP/2: the stream is reset with its gear connection | `h2c::streams_stalled_by_a_zero_window_are_reset_with_their_gear_connections` |
+//! | connecting | `connect` | the next gear (the request was not sent) | `dead_backend_gives_502_not_a_hang` |
 
 use std::fmt;
 use std::future::poll_fn;
@@ -52,6 +130,9 @@ pub enum ReqBody {
     Incoming(Incoming),
     /// No body (requests rebuilt for a retry, health checks).
     Empty,
+    /// A body fed by a unit test.
+    #[cfg(test)]
+    Test(http_body_util::channel::Channel<Bytes, hyper::Error>),
 }
 
 impl Body for ReqBody {
@@ -65,6 +146,8 @@ impl Body for ReqBody {
         match self.get_mut() {
             ReqBody::Incoming(b) => Pin::new(b).poll_frame(cx),
             ReqBody::Empty => Poll::Ready(None),
+            #[cfg(test)]
+            ReqBody::Test(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -72,6 +155,8 @@ impl Body for ReqBody {
         match self {
             ReqBody::Incoming(b) => b.is_end_stream(),
             ReqBody::Empty => true,
+            #[cfg(test)]
+            ReqBody::Test(_) => false,
         }
     }
 
@@ -79,6 +164,8 @@ impl Body for ReqBody {
         match self {
             ReqBody::Incoming(b) => b.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
+            #[cfg(test)]
+            ReqBody::Test(_) => SizeHint::default(),
         }
     }
 }
@@ -155,13 +242,75 @@ impl Drop for OpenGuard {
 
 /// One connection to a backend, with the bytes read from it and not consumed yet.
 pub struct Conn {
-    io: Counted<TcpStream>,
+    io: ConnIo,
     buf: BytesMut,
     read_size: usize,
     /// A byte arrived since the last request was sent (see [`Conn::answered_nothing`]).
     heard: bool,
     cell: Arc<ConnCell>,
     _open: OpenGuard,
+}
+
+/// A backend connection's socket: TCP, or in unit tests a scripted one
+/// (`tokio_test::io::Mock`) for the exchanges real sockets make awkward to stage.
+enum ConnIo {
+    Tcp(Counted<TcpStream>),
+    #[cfg(test)]
+    Mock(Box<tokio_test::io::Mock>),
+}
+
+impl ConnIo {
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            ConnIo::Tcp(io) => Some(io.get_ref()),
+            #[cfg(test)]
+            ConnIo::Mock(_) => None,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Tcp(io) => Pin::new(io).poll_read(cx, buf),
+            #[cfg(test)]
+            ConnIo::Mock(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Tcp(io) => Pin::new(io).poll_write(cx, buf),
+            #[cfg(test)]
+            ConnIo::Mock(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Tcp(io) => Pin::new(io).poll_flush(cx),
+            #[cfg(test)]
+            ConnIo::Mock(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Tcp(io) => Pin::new(io).poll_shutdown(cx),
+            #[cfg(test)]
+            ConnIo::Mock(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
 }
 
 fn cut() -> io::Error {
@@ -255,7 +404,10 @@ impl Conn {
             return false;
         }
         let mut b = [0u8; 1];
-        matches!(self.io.get_ref().try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        let Some(tcp) = self.io.tcp() else {
+            return false;
+        };
+        matches!(tcp.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Asks the kernel, whatever the runtime recorded: is the socket still open, with
@@ -265,8 +417,11 @@ impl Conn {
     fn open_now(&self) -> bool {
         use rustix::net::{recv, RecvFlags};
         let mut b = [0u8; 1];
+        let Some(tcp) = self.io.tcp() else {
+            return false;
+        };
         matches!(
-            recv(self.io.get_ref(), &mut b[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+            recv(tcp, &mut b[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
             Err(e) if e == rustix::io::Errno::WOULDBLOCK
         )
     }
@@ -279,8 +434,12 @@ impl Conn {
     }
 
     /// The socket, and the bytes already read from it, for a tunnel after `101`.
-    pub fn into_upgraded(self) -> (Counted<TcpStream>, Bytes) {
-        (self.io, self.buf.freeze())
+    pub fn into_upgraded(self) -> Option<(Counted<TcpStream>, Bytes)> {
+        match self.io {
+            ConnIo::Tcp(io) => Some((io, self.buf.freeze())),
+            #[cfg(test)]
+            ConnIo::Mock(_) => None,
+        }
     }
 }
 
@@ -1317,7 +1476,7 @@ impl Pool {
         }
         self.cells.push(Arc::downgrade(&cell));
         Ok(Conn {
-            io: Counted::new(stream, self.traffic.clone()),
+            io: ConnIo::Tcp(Counted::new(stream, self.traffic.clone())),
             buf: BytesMut::new(),
             read_size: READ_MIN,
             heard: false,
@@ -1738,7 +1897,7 @@ mod tests {
         let head = send(&mut s, outgoing(req), &w(), None).await.unwrap().head;
         assert_eq!(head.parts.status, 101);
         // The greeting may come in the same read as the head, or later.
-        let (_, early) = s.into_upgraded();
+        let (_, early) = s.into_upgraded().unwrap();
         assert!(b"hello".starts_with(&early), "{early:?}");
     }
 
@@ -1875,6 +2034,224 @@ mod tests {
         let ip: Addr = format!("127.0.0.1:{port}").parse().unwrap();
         assert!(pool.connect(&ip, Duration::from_secs(5)).await.is_err());
         assert_eq!(r.lookups(), 3);
+    }
+
+    // --- The exchange on scripted I/O (the decision table's rows that real sockets
+    // --- make awkward to stage: what arrives when, and what is never read).
+
+    fn mock_conn(io: tokio_test::io::Mock) -> Conn {
+        Conn {
+            io: ConnIo::Mock(Box::new(io)),
+            buf: BytesMut::new(),
+            read_size: READ_MIN,
+            heard: false,
+            cell: Arc::default(),
+            _open: OpenGuard(Arc::new(AtomicU64::new(1))),
+        }
+    }
+
+    const POST6: &[u8] = b"POST /f HTTP/1.1\r\nhost: x\r\ncontent-length: 6\r\n\r\n";
+
+    /// A POST of 6 body bytes, fed through the returned sender.
+    fn post6() -> (
+        http_body_util::channel::Sender<Bytes, hyper::Error>,
+        Outgoing,
+    ) {
+        let (tx, body) = http_body_util::channel::Channel::new(4);
+        let out = Outgoing {
+            head: Bytes::from_static(POST6),
+            method: http::Method::POST,
+            framing: ReqFraming::Length(6),
+            body: ReqBody::Test(body),
+        };
+        (tx, out)
+    }
+
+    fn limits(client_s: u64, server_s: u64) -> Wait {
+        Wait::new(
+            super::super::io::Clock::new(),
+            Duration::from_secs(client_s),
+            Duration::from_secs(server_s),
+        )
+    }
+
+    /// Row "interim responses": 1xx other than 100 and 101 are handed on in order,
+    /// `100 Continue` is the balancer's own; more than `MAX_INTERIM` is a bad answer.
+    #[tokio::test]
+    async fn interim_responses_are_handed_on_but_100_continue() {
+        let io = tokio_test::io::Builder::new()
+            .write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .read(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n",
+            )
+            .read(b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .build();
+        let mut conn = mock_conn(io);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let sink = |h: &Head| seen.lock().unwrap().push(h.parts.status.as_u16());
+        let req = hyper::Request::get("/")
+            .header("host", "x")
+            .body(ReqBody::Empty)
+            .unwrap();
+        let a = send(&mut conn, outgoing(req), &limits(60, 60), Some(&sink))
+            .await
+            .unwrap();
+        assert_eq!(a.head.parts.status, 200);
+        assert_eq!(*seen.lock().unwrap(), [103, 102]);
+
+        let flood: Vec<u8> = b"HTTP/1.1 103 Early Hints\r\n\r\n".repeat(MAX_INTERIM + 1);
+        let io = tokio_test::io::Builder::new()
+            .write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .read(&flood)
+            .build();
+        let mut conn = mock_conn(io);
+        let req = hyper::Request::get("/")
+            .header("host", "x")
+            .body(ReqBody::Empty)
+            .unwrap();
+        let r = send(&mut conn, outgoing(req), &limits(60, 60), Some(&sink)).await;
+        assert!(
+            matches!(r, Err(SendFailure::Sent(SendError::Parse(_)))),
+            "{r:?}"
+        );
+    }
+
+    /// Row "refusal before the whole body": an error answer while the body waits on the
+    /// client ends the upload at once (no byte more is written: the mock would fail),
+    /// and the connection is not used again (RFC 9112 §9.6).
+    #[tokio::test]
+    async fn a_refusal_while_the_body_waits_on_the_client_stops_the_upload() {
+        let io = tokio_test::io::Builder::new()
+            .write(POST6)
+            .read(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+            .build();
+        let mut conn = mock_conn(io);
+        let (_client, req) = post6();
+        let a = send(&mut conn, req, &limits(60, 60), None).await.unwrap();
+        assert_eq!(a.head.parts.status, 413);
+        assert!(!a.head.keep_alive);
+        assert!(a.upload.is_none());
+    }
+
+    /// Row "refusal that closes": the backend stops the upload with a reset; what it
+    /// answered before is the response, and the connection is done.
+    #[tokio::test]
+    async fn an_answer_before_a_broken_upload_is_the_response() {
+        let io = tokio_test::io::Builder::new()
+            .write(POST6)
+            .write_error(io::Error::new(io::ErrorKind::BrokenPipe, "reset"))
+            .read(b"HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            .build();
+        let mut conn = mock_conn(io);
+        let (mut client, req) = post6();
+        client
+            .send_data(Bytes::from_static(b"abcdef"))
+            .await
+            .unwrap();
+        let a = send(&mut conn, req, &limits(60, 60), None).await.unwrap();
+        assert_eq!(a.head.parts.status, 401);
+        assert!(!a.head.keep_alive && a.upload.is_none());
+    }
+
+    /// Rows "success before the whole body" and "the rest of the upload": a 302 while
+    /// the body is half sent is the answer at once, with the rest of the body to send
+    /// alongside; a backend that then takes none of it is cut after `timeouts.server`
+    /// of silence, and its connection is not pooled.
+    #[tokio::test(start_paused = true)]
+    async fn a_success_before_the_whole_body_goes_on_at_once_and_the_rest_is_bounded() {
+        let io = tokio_test::io::Builder::new()
+            .write(POST6)
+            .write(b"abc")
+            .read(b"HTTP/1.1 302 Found\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n")
+            // Reads no more: a write now waits (an hour).
+            .wait(Duration::from_secs(3600))
+            .build();
+        let mut conn = mock_conn(io);
+        let (mut client, req) = post6();
+        client.send_data(Bytes::from_static(b"abc")).await.unwrap();
+        let wait = Arc::new(limits(60, 2));
+        let a = send(&mut conn, req, &wait, None).await.unwrap();
+        assert_eq!(a.head.parts.status, 302);
+        assert!(a.head.keep_alive, "the head allows reuse ...");
+        let mut body = UpBody::new(conn, &a.head, a.upload, Some(wait.clone()));
+        assert!(next_data(&mut body).await.is_none());
+        assert!(
+            body.take_reusable().is_none(),
+            "... not with the body unsent"
+        );
+        let (conn, up, keep) = body.take_unfinished_upload().expect("the rest to send");
+        client.send_data(Bytes::from_static(b"def")).await.unwrap();
+        let t = tokio::time::Instant::now();
+        let rest = limits(60, 2);
+        assert!(finish_upload(conn, up, &rest, keep).await.is_none());
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(1_900) && took <= Duration::from_millis(2_200),
+            "{took:?}"
+        );
+    }
+
+    /// Rows "server timeout": it is inactivity while the body goes, and the wait for
+    /// the response head starts when the request was sent. A client taking 5 s over its
+    /// body (the backend taking each piece) with `server` = 2 s: the backend's silence
+    /// after the last byte runs out at 7 s, not at 2.
+    #[tokio::test(start_paused = true)]
+    async fn the_server_timeout_counts_from_the_last_byte_sent() {
+        let io = tokio_test::io::Builder::new()
+            .write(POST6)
+            .write(b"abc")
+            .write(b"def")
+            .wait(Duration::from_secs(3600))
+            .build();
+        let mut conn = mock_conn(io);
+        let (mut client, req) = post6();
+        let feeding = tokio::spawn(async move {
+            client.send_data(Bytes::from_static(b"abc")).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            client.send_data(Bytes::from_static(b"def")).await.unwrap();
+            client
+        });
+        let wait = limits(60, 2);
+        let t = tokio::time::Instant::now();
+        let r = crate::proxy::wait::watched(&wait, send(&mut conn, req, &wait, None)).await;
+        assert!(matches!(r, Err(Phase::Server)), "{r:?}");
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(6_900) && took <= Duration::from_millis(7_200),
+            "{took:?}"
+        );
+        drop(feeding.await.unwrap());
+    }
+
+    /// Row "response body, backend silent": a backend that stops mid-body is the
+    /// server timeout's (not the client's), after `server` of silence.
+    #[tokio::test(start_paused = true)]
+    async fn a_backend_silent_mid_body_runs_out_the_server_timeout() {
+        let io = tokio_test::io::Builder::new()
+            .write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+            .wait(Duration::from_secs(3600))
+            .build();
+        let mut conn = mock_conn(io);
+        let wait = Arc::new(limits(60, 2));
+        let req = hyper::Request::get("/")
+            .header("host", "x")
+            .body(ReqBody::Empty)
+            .unwrap();
+        let a = send(&mut conn, outgoing(req), &wait, None).await.unwrap();
+        let mut body = UpBody::new(conn, &a.head, None, Some(wait.clone()));
+        assert_eq!(&next_data(&mut body).await.unwrap().unwrap()[..], b"hello");
+        let t = tokio::time::Instant::now();
+        let r = crate::proxy::wait::watched(&wait, next_data(&mut body)).await;
+        let took = t.elapsed();
+        assert!(
+            matches!(
+                r,
+                Err(Phase::Server) | Ok(Some(Err(SendError::Timeout(Phase::Server))))
+            ),
+            "{r:?}"
+        );
+        assert!(took <= Duration::from_millis(2_200), "{took:?}");
     }
 
     #[tokio::test]

@@ -246,13 +246,11 @@ mod tests {
         let w = wait(2, 3);
         w.enter(Phase::Server);
         let t = Instant::now();
-        // Bytes move every second for 8 s (the coarse clock does not follow paused
-        // time: the progress is written as the clock would have read).
-        let started = w.since.load(Ordering::Relaxed);
+        // Bytes move every second for 8 s.
         let busy = async {
-            for i in 1..=8u64 {
+            for _ in 1..=8u64 {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                w.since.store(started + i * 1000, Ordering::Relaxed);
+                w.enter(Phase::Server);
             }
             "done"
         };
