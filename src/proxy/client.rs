@@ -7,12 +7,21 @@
 //! the HTTP/1 parser later reads the request in one piece.
 //!
 //! Timeouts are kept by one timer per connection (not one per request):
-//! - `client`: no byte moved while the balancer waits on the client (not while it waits
-//!   on a backend's response head);
+//! - `client`: no byte moved while the balancer waits on the client (not while its
+//!   request waits on a backend);
+//! - `server`: an HTTP/1 request's wait on its backend (see [`super::wait::Wait`]),
+//!   marked expired here and answered `504` by the request;
 //! - `request_header`: from the moment the connection waits for a request head (accept,
 //!   or the end of the previous response) until a complete head arrived; this also bounds
 //!   how long an idle keep-alive connection is kept. Closed without a response, as
-//!   hyper's own header timeout would.
+//!   hyper's own header timeout would. An HTTP/2 connection is bounded so while it has
+//!   no stream open (then GOAWAY), PINGs or not; its streams keep their own `client`
+//!   and `server` timeouts, each with a timer ([`StreamExec`]), and it has at most
+//!   `proxy.h2_max_concurrent_streams` of them.
+//!
+//! Interim responses (`103 Early Hints`) to HTTP/1.1 requests are written by the socket
+//! wrapper, hyper's server having no way to: at a moment hyper has nothing buffered
+//! ([`ConnState::push_interim`]).
 //!
 //! Parking: an HTTP/1 keep-alive connection idle for [`PARK_AFTER_MS`] gives back its
 //! HTTP state (hyper's read and write buffers, about 16 KiB, and the dispatcher): the

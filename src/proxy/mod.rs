@@ -17,17 +17,18 @@
 //! connection to the same backend. Failures on real traffic are counted per backend and
 //! eject it after `health.fall` in a row (see `health`).
 //!
-//! Timeouts: `request_header` (the request head must arrive within it; this also bounds
-//! how long an idle keep-alive connection waits for its next request) and `client` (no
-//! byte moved while the balancer waits on the client), both kept per connection by
-//! `client`; `connect`; `server` (time to the backend's response head, answered with
-//! 504); `tunnel` (idle upgraded connection).
+//! Timeouts, as HAProxy's (README, "Timeouts"): `request_header` (the request head
+//! must arrive within it; this also bounds how long a connection with no request in
+//! flight waits for one); `client` and `server`, inactivity while the exchange waits on
+//! the client or on the backend ([`wait`]: HTTP/1 connections keep both with their one
+//! watchdog, HTTP/2 streams have a timer each); `connect`; `tunnel` (idle upgraded
+//! connection). What the exchange does with what a backend sends is the decision table
+//! in [`upstream`].
 //!
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
-//! logged or formatted unless a log line is wanted, no timer is set per request except
-//! the backend's `server` timeout, and header values are shared rather than copied
-//! (see [`forward`]). A loop turn reads every ready socket before it writes to any
-//! (see [`phase`]).
+//! logged or formatted unless a log line is wanted, no timer is set per HTTP/1 request,
+//! and header values are shared rather than copied (see [`forward`]). A loop turn reads
+//! every ready socket before it writes to any (see [`phase`]).
 
 pub mod body;
 mod client;
