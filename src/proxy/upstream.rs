@@ -651,12 +651,9 @@ async fn drive(
         }
         match read {
             Poll::Ready(Ok(0)) => return Poll::Ready(Driven::Failed(SendError::Closed)),
-            // Part of an answer: the backend is alive; read on until it would block.
-            Poll::Ready(Ok(_)) => {
-                if wait.phase() == Phase::Server {
-                    wait.enter(Phase::Server);
-                }
-            }
+            // Part of an answer: read on until it would block. (Not progress: a head
+            // trickled in byte by byte must not hold the exchange for ever.)
+            Poll::Ready(Ok(_)) => {}
             _ => return Poll::Pending,
         }
     })
@@ -2221,6 +2218,31 @@ mod tests {
             "{took:?}"
         );
         drop(feeding.await.unwrap());
+    }
+
+    /// A gear that takes none of the body and trickles a response head meanwhile, a byte
+    /// at a time within `server`: the head's bytes are no progress, the body's wait on
+    /// the gear runs out after `server` all the same.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_head_does_not_keep_a_stalled_upload_alive() {
+        let mut b = tokio_test::io::Builder::new();
+        b.write(POST6).write(b"abc");
+        for byte in b"HTTP/1.1 200" {
+            b.read(&[*byte]).wait(Duration::from_millis(1_500));
+        }
+        let mut conn = mock_conn(b.wait(Duration::from_secs(3600)).build());
+        let (mut client, req) = post6();
+        client.send_data(Bytes::from_static(b"abc")).await.unwrap();
+        client.send_data(Bytes::from_static(b"def")).await.unwrap();
+        let wait = limits(60, 2);
+        let t = tokio::time::Instant::now();
+        let r = crate::proxy::wait::watched(&wait, send(&mut conn, req, &wait, None)).await;
+        assert!(matches!(r, Err(Phase::Server)), "{r:?}");
+        let took = t.elapsed();
+        assert!(took <= Duration::from_millis(2_200), "{took:?}");
+        // The gear's script is cut short, as the connection is: its mock would assert
+        // on drop that every byte was read.
+        std::mem::forget(conn);
     }
 
     /// Row "response body, backend silent": a backend that stops mid-body is the
