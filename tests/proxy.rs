@@ -1793,3 +1793,45 @@ async fn a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went()
     assert!(out.contains("content-length: 10"), "{out:?}");
     assert!(out.ends_with("\r\n\r\nhello"), "{out:?}");
 }
+
+/// h2c smuggling: an `Upgrade: h2c` (deprecated, RFC 9113 §3.1) honoured by a gear would
+/// open a tunnel through which the client speaks HTTP/2 to the gear directly, every
+/// request of it unseen by the balancer. The token is not forwarded: the request goes
+/// on as plain HTTP/1.1, and a `101` to it is a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_upgrade_is_not_forwarded() {
+    let gear = Scripted::start(|req| {
+        if req.header("upgrade").is_some() {
+            Reply::after(
+                &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+                    [..],
+            )
+            .then(Then::Tunnel)
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..])
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let out = raw(
+        lb.proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out:?}");
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 1);
+    for gone in ["upgrade", "http2-settings", "connection"] {
+        assert!(seen[0].header(gone).is_none(), "{gone}: {:?}", seen[0].head);
+    }
+    // Listed with another protocol, only that one is asked for.
+    let out = raw(
+        lb.proxy,
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert!(out.starts_with("HTTP/1.1 502"), "{out:?}");
+    assert_eq!(gear.seen()[1].headers("upgrade"), ["websocket"]);
+    assert!(gear.tunnel_bytes().is_empty());
+}

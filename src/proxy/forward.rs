@@ -158,6 +158,39 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The protocols an upgrade request offers that may go on to a gear, as one `Upgrade`
+/// value: all it lists but `h2c` (RFC 9113 §3.1 deprecates it; honoured by a gear, it
+/// would open a tunnel in which the client speaks HTTP/2 to the gear directly, every
+/// request unseen by the balancer: "h2c smuggling"). `None` for a request that is not
+/// an upgrade, or offers nothing else.
+pub fn upgrade_offer(headers: &HeaderMap) -> Option<HeaderValue> {
+    if !is_upgrade(headers) {
+        return None;
+    }
+    let mut offer = BytesMut::new();
+    let mut dropped = false;
+    for v in headers.get_all(header::UPGRADE) {
+        for t in super::h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+            if t.eq_ignore_ascii_case(b"h2c") {
+                dropped = true;
+                continue;
+            }
+            if !offer.is_empty() {
+                offer.put_slice(b", ");
+            }
+            offer.put_slice(t);
+        }
+    }
+    match (offer.is_empty(), dropped) {
+        (true, _) => None,
+        // The usual case: one value, as it came (no copy).
+        (false, false) if headers.get_all(header::UPGRADE).iter().count() == 1 => {
+            headers.get(header::UPGRADE).cloned()
+        }
+        (false, _) => Some(value(offer)),
+    }
+}
+
 /// True when the request's `Upgrade` header lists `protocol` (case-insensitive).
 pub fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
     headers.get_all(header::UPGRADE).iter().any(|v| {
@@ -313,9 +346,7 @@ pub fn prepare_request(
     trust_forwarded: bool,
     set: ForwardedHeaders,
 ) {
-    let upgrade = is_upgrade(&parts.headers)
-        .then(|| parts.headers.get(header::UPGRADE).cloned())
-        .flatten();
+    let upgrade = upgrade_offer(&parts.headers);
     // The client takes trailer fields (RFC 9110 §10.1.4): the gear may send them, they
     // are forwarded. Other `TE` codings are the client's connection's business.
     let te_trailers = parts.headers.contains_key(header::TE)
@@ -822,6 +853,45 @@ mod tests {
             &["chunked, chunked"][..],
         ] {
             assert!(transfer_codings(&h(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn h2c_is_never_offered_to_a_gear() {
+        let h = |pairs: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let up = |v: &str| h(&[("connection", "upgrade"), ("upgrade", v)]);
+        assert_eq!(upgrade_offer(&up("h2c")), None);
+        assert_eq!(upgrade_offer(&up("H2C")), None);
+        assert_eq!(upgrade_offer(&up("websocket")).unwrap(), "websocket");
+        assert_eq!(upgrade_offer(&up("h2c, websocket")).unwrap(), "websocket");
+        assert_eq!(
+            upgrade_offer(&h(&[
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("upgrade", "foo/2")
+            ]))
+            .unwrap(),
+            "websocket, foo/2"
+        );
+        assert_eq!(
+            upgrade_offer(&h(&[("upgrade", "websocket")])),
+            None,
+            "no Connection: upgrade"
+        );
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("connection", "Upgrade, HTTP2-Settings")
+            .header("upgrade", "h2c")
+            .header("http2-settings", "AAMAAABk"));
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
+        for gone in ["connection", "upgrade", "http2-settings"] {
+            assert!(!p.headers.contains_key(gone), "{gone}");
         }
     }
 

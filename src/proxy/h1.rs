@@ -146,7 +146,9 @@ pub fn last_chunk(trailers: &HeaderMap) -> Bytes {
 }
 
 /// Whether a field may travel as a trailer: not one that frames, routes or controls the
-/// message, which must be known before the body (RFC 9110 §6.5.1), nor a hop-by-hop one.
+/// message, which must be known before the body (RFC 9110 §6.5.1), nor a hop-by-hop one,
+/// nor one of the forwarding fields the balancer sets (a server merging trailers into
+/// the head would take a client's for the balancer's).
 pub fn trailer_allowed(name: &HeaderName) -> bool {
     !matches!(
         name.as_str(),
@@ -178,6 +180,12 @@ pub fn trailer_allowed(name: &HeaderName) -> bool {
             | "retry-after"
             | "vary"
             | "warning"
+            // What the balancer vouches for in the head: a trailer must not restate it.
+            | "x-forwarded-for"
+            | "x-forwarded-proto"
+            | "x-forwarded-host"
+            | "x-forwarded-port"
+            | "forwarded"
     )
 }
 

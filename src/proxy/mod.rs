@@ -536,14 +536,15 @@ async fn forward(
     wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
-    let upgrade = forward::is_upgrade(req.headers());
-    if upgrade {
+    if forward::is_upgrade(req.headers()) {
         if let Some(ep) = &ctx.endpoint {
             if forward::upgrade_names(req.headers(), ep.protocol()) {
                 return Ok((endpoint_upgrade(ep, conn, req), None));
             }
         }
     }
+    // An upgrade only to protocols a gear may be offered (never h2c).
+    let upgrade = forward::upgrade_offer(req.headers()).is_some();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     if let Some((status, why)) = forward::request_problem(&parts) {
