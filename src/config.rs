@@ -140,9 +140,13 @@ pub struct BackendConfig {
 pub struct Timeouts {
     /// TCP connect to a backend. Default 10s.
     pub connect: Duration,
-    /// Client inactivity while the balancer waits on the client. Default 1m.
+    /// Client inactivity (HAProxy's `timeout client`): no byte from or to the client
+    /// while the balancer waits on it (its request body, or taking the response; an
+    /// HTTP/2 stream's own). Default 1m.
     pub client: Duration,
-    /// Backend inactivity: time to the response headers. Default 1m.
+    /// Backend inactivity (HAProxy's `timeout server`): no byte taken while the request
+    /// body waits on the backend, no response head this long after the request was
+    /// sent, no byte of the response body while the client waits for it. Default 1m.
     pub server: Duration,
     /// Idle time of an upgraded connection (WebSocket). Default 1h.
     pub tunnel: Duration,
@@ -185,6 +189,14 @@ pub struct ProxyConfig {
     /// connections; HAProxy's `prefer-last-server`, bounded). 0: every request is
     /// chosen afresh. Default 16.
     pub connection_affinity: u32,
+    /// Streams an HTTP/2 client connection may have open at once
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; HAProxy's `tune.h2.max-concurrent-streams`).
+    /// Default 100.
+    pub h2_max_concurrent_streams: u32,
+    /// How long a backend host name's addresses are used before they are looked up
+    /// again, in the background (HAProxy's resolvers `hold valid`); a backend whose
+    /// addresses all refuse is looked up again at once. Default 10s.
+    pub dns_ttl: Duration,
 }
 
 /// Which forwarding headers gearlb sets: `[proxy] forwarded_headers`, a list of header
@@ -456,6 +468,8 @@ impl Default for Config {
                 h2c: true,
                 retries: 3,
                 connection_affinity: 16,
+                h2_max_concurrent_streams: 100,
+                dns_ttl: Duration::from_secs(10),
             },
             log: LogConfig::default(),
             health: HealthConfig {
@@ -722,6 +736,13 @@ fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>)
         0,
         1_000_000,
     ) as u32;
+    cfg.proxy.h2_max_concurrent_streams = r.uint(
+        "h2_max_concurrent_streams",
+        cfg.proxy.h2_max_concurrent_streams as u64,
+        1,
+        10_000,
+    ) as u32;
+    cfg.proxy.dns_ttl = r.duration("dns_ttl", cfg.proxy.dns_ttl);
     r.finish();
 
     let t = section("log", problems);
@@ -1667,6 +1688,38 @@ mod tests {
 
         let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
         assert!(err.0[0].message.contains("expected a list of header names"));
+    }
+
+    #[test]
+    fn dns_ttl_is_a_positive_duration() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(
+            c.proxy.dns_ttl,
+            Duration::from_secs(10),
+            "HAProxy's hold valid"
+        );
+        let c = from_toml("[proxy]\ndns_ttl = \"1m\"\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.dns_ttl, Duration::from_secs(60));
+        for bad in ["\"0s\"", "\"soon\"", "10"] {
+            let err = from_toml(&format!("[proxy]\ndns_ttl = {bad}\n"), &env(&[])).unwrap_err();
+            assert_eq!(err.0[0].path, "proxy.dns_ttl", "{bad}");
+        }
+    }
+
+    #[test]
+    fn h2_max_concurrent_streams_bounds() {
+        let c = from_toml("", &env(&[])).unwrap();
+        assert_eq!(c.proxy.h2_max_concurrent_streams, 100, "HAProxy's default");
+        let c = from_toml("[proxy]\nh2_max_concurrent_streams = 8\n", &env(&[])).unwrap();
+        assert_eq!(c.proxy.h2_max_concurrent_streams, 8);
+        for bad in ["0", "10001", "-1", "\"many\""] {
+            let err = from_toml(
+                &format!("[proxy]\nh2_max_concurrent_streams = {bad}\n"),
+                &env(&[]),
+            )
+            .unwrap_err();
+            assert_eq!(err.0[0].path, "proxy.h2_max_concurrent_streams", "{bad}");
+        }
     }
 
     #[test]

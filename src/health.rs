@@ -209,7 +209,10 @@ fn check_request(backend: &Backend, uri: &str) -> Result<Request<ReqBody>, Strin
 }
 
 async fn check_connect(backend: &Backend) -> Result<SendRequest<ReqBody>, String> {
-    let stream = crate::proxy::upstream::dial(&backend.spec.addr)
+    let stream = backend
+        .pool
+        .resolver()
+        .dial(&backend.spec.addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let _ = stream.set_nodelay(true);

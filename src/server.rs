@@ -93,6 +93,9 @@ pub struct App {
     state_lock: Option<crate::state::StateLock>,
     /// `cluster::peers_fingerprint` of `cluster.peers` at start, saved with the peers.
     peers_config: String,
+    /// Orders state saves: each is built and written under it, so the last written is
+    /// the last built.
+    saving: tokio::sync::Mutex<()>,
 }
 
 /// A balancer with its listeners bound, not yet serving.
@@ -356,6 +359,7 @@ impl Server {
             frontend,
             proxy,
             store,
+            saving: tokio::sync::Mutex::new(()),
             started: Instant::now(),
             listen,
             gear_uuid: cfg.gear.uuid.clone(),
@@ -459,9 +463,11 @@ impl Server {
             app.cluster.clone(),
             move |_ops| {
                 if let Some(app) = weak.upgrade() {
-                    if let Err(e) = app.persist() {
-                        error!(error = %e, "rotation state not saved");
-                    }
+                    tokio::spawn(async move {
+                        if let Err(e) = app.persist().await {
+                            error!(error = %e, "rotation state not saved");
+                        }
+                    });
                 }
             },
             stop.clone(),
@@ -478,7 +484,7 @@ impl Server {
                         r = learned.changed() => if r.is_err() { return },
                     }
                     let Some(app) = weak.upgrade() else { return };
-                    if let Err(e) = app.persist() {
+                    if let Err(e) = app.persist().await {
                         error!(error = %e, "learnt peer identities not saved");
                     }
                 }
@@ -662,21 +668,26 @@ impl App {
             .collect()
     }
 
-    /// Save the state file: backends, peers, rotations.
-    fn persist(&self) -> Result<(), String> {
+    /// Save the state file: backends, peers, rotations. Written on the blocking pool
+    /// (see [`StateStore::save_off_runtime`]): a slow disk holds this call, never the
+    /// runtime's worker threads.
+    async fn persist(&self) -> Result<(), String> {
+        let _ordered = self.saving.lock().await;
+        let state = PersistedState {
+            format: FORMAT,
+            config_backends: self
+                .fingerprint
+                .lock()
+                .map(|f| f.clone())
+                .unwrap_or_default(),
+            backends: self.router.specs(),
+            peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
+            peers_config: Some(self.peers_config.clone()),
+            rotations: self.rotations.ops().into_values().collect(),
+        };
         self.store
-            .save_with(|| PersistedState {
-                format: FORMAT,
-                config_backends: self
-                    .fingerprint
-                    .lock()
-                    .map(|f| f.clone())
-                    .unwrap_or_default(),
-                backends: self.router.specs(),
-                peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
-                peers_config: Some(self.peers_config.clone()),
-                rotations: self.rotations.ops().into_values().collect(),
-            })
+            .save_off_runtime(state)
+            .await
             .map_err(|e| e.to_string())
     }
 
@@ -728,7 +739,7 @@ impl App {
         }
         let change = self.router.replace_backends(specs);
         log_change("update-cluster", &change);
-        let persist_error = self.persist().err();
+        let persist_error = self.persist().await.err();
         if let Some(e) = &persist_error {
             error!(error = %e, "update-cluster applied in memory but not saved");
         }
@@ -832,7 +843,7 @@ impl App {
         }
         let mut message = format!("{} peer balancer(s) known", peers.len());
         let mut exit_code = 0;
-        if let Err(e) = self.persist() {
+        if let Err(e) = self.persist().await {
             error!(error = %e, "peers applied but not saved");
             message.push_str(&format!("\nwarning: applied but NOT saved: {e}"));
             exit_code = 1;
@@ -932,7 +943,7 @@ impl App {
                 "update-cluster recorded while stopped applied: {}", r.message
             );
         }
-        match self.persist() {
+        match self.persist().await {
             Ok(()) => {
                 let cleared = match &self.state_lock {
                     Some(lock) => self.store.clear_pending(lock),
@@ -1337,7 +1348,7 @@ impl App {
                 describe_change(&change)
             ));
             reply_data = serde_json::json!({ "change": change });
-            if let Err(e) = self.persist() {
+            if let Err(e) = self.persist().await {
                 error!(error = %e, "reloaded backends not saved");
                 notes.push(format!("warning: backends applied but NOT saved: {e}"));
             }

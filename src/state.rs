@@ -219,6 +219,23 @@ impl StateStore {
         self.save_with(|| state.clone())
     }
 
+    /// [`StateStore::save`] on the runtime's blocking pool: the write and its fsyncs
+    /// take as long as the disk does, and on a worker thread they would stall every
+    /// task on it (with `runtime.threads = 1`, the whole data plane). The caller orders
+    /// its saves (the last one awaited is the last written).
+    pub async fn save_off_runtime(&self, state: PersistedState) -> Result<(), StateError> {
+        let me = self.clone();
+        let path = self.path();
+        tokio::task::spawn_blocking(move || me.save(&state))
+            .await
+            .unwrap_or_else(|e| {
+                Err(StateError::Io {
+                    path,
+                    source: std::io::Error::other(e),
+                })
+            })
+    }
+
     /// Build the state under the write lock, then write it: of two concurrent savers,
     /// the one that writes last also read last, so the file never goes back in time.
     pub fn save_with(&self, build: impl FnOnce() -> PersistedState) -> Result<(), StateError> {

@@ -666,3 +666,83 @@ async fn sighup_with_an_invalid_or_missing_config_keeps_the_old_one() {
     assert!(eventually(Duration::from_secs(5), || lb.backend_names() == vec!["b"]).await);
     assert_eq!(get(lb.proxy, "/", &[]).await.unwrap().text(), "backend b");
 }
+
+// ---------------------------------------------------------------------------------------
+
+/// Saving the state file waits for the disk (write, fsync, rename, fsync), which can take
+/// seconds on a loaded node; with `threads = 1` the data plane runs on one thread, and a
+/// save on it would stall every request meanwhile. Saves run on the blocking pool: a save
+/// that blocks (here: its temporary file is a FIFO nobody reads, so opening it blocks)
+/// holds the control command that asked for it, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_state_save_does_not_stall_the_data_plane() {
+    let a = TestBackend::start("a").await;
+    let dir = workdir();
+    let config = config_text(
+        dir.path(),
+        &[("a", a.addr)],
+        "[runtime]\nthreads = 1\n[health]\nenabled = false",
+    );
+    let lb = Gearlb::start(dir.path(), &config);
+    assert_eq!(get(lb.proxy, "/", &[]).await.unwrap().status, 200);
+    // Every temporary name the next saves can use is a FIFO: opening one blocks until
+    // a reader comes.
+    let data = dir.path().join("data");
+    // The saves of the start are over (none is writing a temporary file).
+    let settled = eventually(Duration::from_secs(5), || {
+        data.join("state.json").exists()
+            && std::fs::read_dir(&data)
+                .unwrap()
+                .all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp."))
+    })
+    .await;
+    assert!(settled);
+    let fifos: Vec<PathBuf> = (1..=64)
+        .map(|seq| data.join(format!(".state.json.tmp.{}.{seq}", lb.pid())))
+        .collect();
+    // (A save of the rotation engine may take one of the names meanwhile: then that
+    // one is a plain file, and the others still block.)
+    let made = fifos
+        .iter()
+        .filter(|f| Command::new("mkfifo").arg(f).status().unwrap().success())
+        .count();
+    assert!(made >= 60, "{made} FIFOs made");
+    let socket = dir.path().join("control.sock");
+    let entry = format!("b-ns.example.com|{}", a.addr);
+    let ctl = std::thread::spawn(move || ctl(&socket, &["update-cluster", &entry]));
+    // The save is under way (blocked opening its FIFO): requests are still served.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let got = tokio::time::timeout(Duration::from_secs(3), get(lb.proxy, "/", &[])).await;
+        assert!(
+            matches!(got, Ok(Ok(ref g)) if g.status == 200),
+            "a request during a blocked save: {got:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    // Let the save go: read whatever FIFO it opened.
+    let readers: Vec<_> = fifos
+        .into_iter()
+        .map(|f| {
+            std::thread::spawn(move || {
+                use std::io::Read;
+                use std::os::unix::fs::OpenOptionsExt;
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                    .open(&f);
+                if let Ok(mut fifo) = opened {
+                    let mut sink = Vec::new();
+                    let _ = fifo.read_to_end(&mut sink);
+                }
+            })
+        })
+        .collect();
+    let (code, out, err) = ctl.join().unwrap();
+    // Written into a FIFO, fsync fails: not saved, said so, and applied all the same.
+    assert_eq!(code, 1, "{out}{err}");
+    for r in readers {
+        r.join().unwrap();
+    }
+}

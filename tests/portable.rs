@@ -147,6 +147,7 @@ fn packaged_binary_loads_with_glibc_2_17_and_the_cartridge_is_complete() {
         ("hooks", "hooks"),
         ("metadata", "metadata"),
         ("cartridge/env", "env"),
+        ("cartridge/usr", "usr"),
     ] {
         for (rel, content) in files_under(&root().join(src)) {
             expected.insert(Path::new(dst).join(rel), content);
@@ -163,7 +164,7 @@ fn packaged_binary_loads_with_glibc_2_17_and_the_cartridge_is_complete() {
             rel.display()
         );
     }
-    for dir in ["bin", "hooks"] {
+    for dir in ["bin", "hooks", "usr/bin"] {
         for e in std::fs::read_dir(cartridge().join(dir)).unwrap() {
             use std::os::unix::fs::PermissionsExt;
             let mode = e.unwrap().metadata().unwrap().permissions().mode();

@@ -30,7 +30,7 @@ async fn forwarding_headers_host_and_path_exact() {
             ("connection", "x-hop"),
             ("x-hop", "must-not-pass"),
             ("proxy-connection", "keep-alive"),
-            ("te", "trailers"),
+            ("te", "gzip, trailers"),
             ("x-custom", "Kept As Is"),
         ],
     )
@@ -54,9 +54,12 @@ async fn forwarding_headers_host_and_path_exact() {
         "for=127.0.0.1;host=\"App-NS.Example.com:8000\";proto=http"
     );
     assert_eq!(h["x-custom"][0], "Kept As Is");
-    for gone in ["x-hop", "proxy-connection", "te"] {
+    for gone in ["x-hop", "proxy-connection"] {
         assert!(h.get(gone).is_none(), "{gone} was forwarded: {h}");
     }
+    // TE is hop-by-hop: the balancer says what it takes itself, trailers (it relays
+    // them), never the client's codings.
+    assert_eq!(h["te"], serde_json::json!(["trailers"]), "{h}");
 }
 
 /// By default only `X-Forwarded-For` and `-Proto` are set: the gear's listener port is
@@ -1183,4 +1186,652 @@ async fn open_websockets_are_sessions_until_they_close() {
     }
     let got = get(lb.proxy, "/", &[]).await.unwrap();
     assert_eq!(got.status, 200, "places are given back");
+}
+
+// ---------------------------------------------------------------------------------------
+// The backend exchange's edges (see the decision table in `src/proxy/upstream.rs`).
+
+/// A balancer in front of `gear` alone, health checks off (scripted gears answer only
+/// what their script says).
+fn lb_for(dir: &std::path::Path, gear: std::net::SocketAddr, extra: &str) -> Gearlb {
+    Gearlb::start(
+        dir,
+        &config_text(
+            dir,
+            &[("web1", gear)],
+            &format!("[health]\nenabled = false\n{extra}"),
+        ),
+    )
+}
+
+/// One response from a raw connection: its head, and its body as far as the head's
+/// Content-Length says (none without one). Bytes after it stay in `buf`.
+async fn read_reply(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let end = read_head(s, buf).await?;
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    buf.drain(..end + 4);
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut chunk = [0u8; 4096];
+    while buf.len() < len {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = buf.drain(..len).collect();
+    Some((head, body))
+}
+
+/// RFC 9110 §7.8: a server switches only to a protocol the client listed in `Upgrade`.
+/// A `101` to a request that asked for no upgrade, or to another protocol than the one
+/// asked for, is a 502: no tunnel opens, so nothing the client sends next can reach the
+/// gear without the balancer reading it as a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_to_a_protocol_nobody_asked_for_is_a_502_and_opens_no_tunnel() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n"[..],
+        )
+        .then(Then::Tunnel)
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for (name, request) in [
+        ("no upgrade asked", &b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n"[..]),
+        (
+            "websocket asked",
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        ),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut buf = Vec::new();
+        let (head, _) = read_reply(&mut s, &mut buf).await.expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 502"), "{name}: {head}");
+        // What a tunnel would have carried.
+        let _ = s
+            .write_all(b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), read_reply(&mut s, &mut buf)).await;
+    }
+    assert!(
+        gear.tunnel_bytes().is_empty(),
+        "bytes reached the gear through a tunnel: {:?}",
+        String::from_utf8_lossy(&gear.tunnel_bytes())
+    );
+    // Every request the gear got came through the balancer's parser.
+    let seen = gear.seen();
+    assert!(
+        seen.iter().all(|r| r.header("x-forwarded-for").is_some()),
+        "{seen:?}"
+    );
+    // The gear is not ejected for it: a client could provoke it.
+    assert_eq!(backend_state(&lb, "web1"), "up");
+}
+
+/// RFC 9112 §6.1: transfer codings other than chunked are refused on requests (501: the
+/// balancer would take the chunked framing off a body still coded otherwise) and passed
+/// on faithfully in responses to HTTP/1.1 clients; a client that cannot receive them
+/// (HTTP/1.0, HTTP/2: no Transfer-Encoding) gets a 502, never the coded bytes as if
+/// they were the content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_codings_other_than_chunked_are_refused_or_passed_faithfully() {
+    const GZ: &[u8] = b"\x1f\x8b\x08\x00coded";
+    let gear = Scripted::start(|req| {
+        if req.head.starts_with("GET /close ") {
+            let mut r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec();
+            r.extend_from_slice(GZ);
+            Reply::after(r).then(Then::Close)
+        } else {
+            let mut r =
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n9\r\n".to_vec();
+            r.extend_from_slice(GZ);
+            r.extend_from_slice(b"\r\n0\r\n\r\n");
+            Reply::after(r)
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+
+    let out = raw(
+        lb.proxy,
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.1 501"), "{out:?}");
+    assert!(gear.seen().is_empty(), "forwarded: {:?}", gear.seen());
+
+    for path in ["/close", "/chunked"] {
+        let got = get(lb.proxy, path, &[]).await.unwrap();
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.headers["transfer-encoding"], "gzip, chunked", "{path}");
+        assert_eq!(&got.body[..], GZ, "{path}");
+
+        let out = raw(
+            lb.proxy,
+            format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        );
+        assert!(out.starts_with("HTTP/1.0 502"), "HTTP/1.0 {path}: {out:?}");
+
+        let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<BoxBody>();
+        let req = http::Request::get(format!("http://{}{path}", lb.proxy))
+            .body(full(""))
+            .unwrap();
+        assert_eq!(send(&h2, req).await.unwrap().status, 502, "HTTP/2 {path}");
+    }
+}
+
+/// RFC 9112 §6.1: an HTTP/1.0 response with Transfer-Encoding has faulty framing and its
+/// connection closes after it, whatever `Connection: keep-alive` says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_response_with_transfer_encoding_closes_its_connection() {
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for _ in 0..3 {
+        let got = get(lb.proxy, "/", &[]).await.unwrap();
+        assert_eq!((got.status, got.text().as_str()), (200, "ok"));
+    }
+    assert_eq!(
+        gear.connections.load(Ordering::SeqCst),
+        3,
+        "a connection was used again after an HTTP/1.0 response with Transfer-Encoding"
+    );
+}
+
+/// An HTTP/1.0 request without Host goes on as HTTP/1.1, which needs one: empty, as RFC
+/// 9112 §3.2 says for a target without authority. `Content-Length: 3, 3` is one length
+/// written twice: each side gets it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_length_are_made_valid_http_1_1() {
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\n\r\nabc"[..])
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let out = raw(
+        lb.proxy,
+        b"GET /old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.0 200"), "{out:?}");
+    let seen = gear.seen();
+    assert!(
+        seen[0].head.starts_with("GET /old HTTP/1.1\r\n"),
+        "{seen:?}"
+    );
+    assert_eq!(seen[0].headers("host"), [""], "{seen:?}");
+
+    let out = raw(
+        lb.proxy,
+        b"POST /len HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        Duration::from_secs(5),
+    );
+    let lengths: Vec<&str> = out
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
+        .collect();
+    assert_eq!(lengths, ["content-length: 3"], "{out:?}");
+    assert!(out.ends_with("\r\n\r\nabc"), "{out:?}");
+    let seen = gear.seen();
+    assert_eq!(seen[1].headers("content-length"), ["3"], "{seen:?}");
+    assert_eq!(seen[1].body, b"abc");
+}
+
+/// RFC 9113 §8.2.3: an HTTP/2 client may split `cookie` into several fields; they are
+/// joined with "; " before the request goes on as HTTP/1.1 (one `Cookie` header, which
+/// is what PHP and Apache read), and the sticky cookie is found in whichever piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_http2_cookies_reach_the_gear_joined() {
+    let (a, b) = (
+        TestBackend::start("web1").await,
+        TestBackend::start("web2").await,
+    );
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", a.addr), ("web2", b.addr)], ""),
+    );
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<BoxBody>();
+    for _ in 0..4 {
+        let req = http::Request::get(format!("http://{}/headers", lb.proxy))
+            .header("cookie", "PHPSESSID=abc")
+            .header("cookie", "GEAR=web2")
+            .header("cookie", "lang=en; theme=dark")
+            .body(full(""))
+            .unwrap();
+        let got = send(&h2, req).await.unwrap();
+        assert_eq!(got.status, 200);
+        let seen = got.json();
+        assert_eq!(seen["backend"], "web2", "the sticky piece was read: {seen}");
+        assert_eq!(
+            seen["headers"]["cookie"],
+            serde_json::json!(["PHPSESSID=abc; lang=en; theme=dark"]),
+            "{seen}"
+        );
+        assert!(got.headers.get("set-cookie").is_none());
+    }
+}
+
+/// Write a POST of `total` body bytes in pieces of `piece`, one every `every`, on a
+/// raw connection, reading the response on another thread: the response, and when it
+/// arrived (from the first byte sent) and when the last body byte went.
+fn paced_upload(
+    addr: std::net::SocketAddr,
+    path: &str,
+    total: usize,
+    piece: usize,
+    every: Duration,
+) -> (String, Duration, Duration) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {total}\r\n\r\n");
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(head.as_bytes());
+        let mut sent = 0;
+        while sent < total {
+            let n = piece.min(total - sent);
+            if w.write_all(&vec![b'p'; n]).is_err() {
+                break;
+            }
+            sent += n;
+            if sent < total {
+                std::thread::sleep(every);
+            }
+        }
+        start.elapsed()
+    });
+    let got = read_response(&mut s, &mut Vec::new());
+    let answered = start.elapsed();
+    let sent = writer.join().unwrap();
+    (got, answered, sent)
+}
+
+/// Issue 25, point 1: `timeouts.server` is backend inactivity, as HAProxy's `timeout
+/// server`. A steady upload longer than it is no timeout (the gear keeps taking
+/// bytes); the wait for the response head starts when the request has been sent; a
+/// gear that stops taking the body times out after `server` of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_timeout_is_backend_inactivity_not_the_length_of_the_upload() {
+    let b = TestBackend::start("web1").await;
+    let silent = Scripted::start(|req| {
+        if req.head.starts_with("POST /stall ") {
+            // Takes nothing of the body, answers nothing.
+            Reply::after(Vec::new())
+                .before_body()
+                .then(Then::Hold(Duration::from_secs(20)))
+        } else {
+            // Takes the whole body, answers nothing.
+            Reply::after(Vec::new()).then(Then::Hold(Duration::from_secs(20)))
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr), ("silent", silent.addr)],
+            "[timeouts]\nserver = \"2s\"\n[health]\nenabled = false\n[sticky]\nenabled = false\n[proxy]\nretries = 0\nconnection_affinity = 0",
+        ),
+    );
+    let backends = |lb: &Gearlb| lb.status_json()["backends"].clone();
+    // Routed by hand: the silent gear is drained, the working one takes the uploads.
+    let (code, out, err) = lb.ctl(&["rotate-out", "silent", "--timeout", "5s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let proxy = lb.proxy;
+    let (got, answered, sent) = tokio::task::spawn_blocking(move || {
+        paced_upload(proxy, "/upload", 25_000, 1_000, Duration::from_millis(200))
+    })
+    .await
+    .unwrap();
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n\r\n25000"),
+        "a 4.8 s upload with server = 2s: {got}"
+    );
+    assert!(sent >= Duration::from_millis(4_500), "{sent:?}");
+    assert!(answered >= sent, "{answered:?} {sent:?}");
+
+    // The silent gear now: the working one drained, the silent one in.
+    let (code, out, err) = lb.ctl(&["rotate-in", "silent"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = lb.ctl(&["rotate-out", "web1", "--timeout", "5s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // A 3 s upload the gear takes, then silence: 504 two seconds after the last byte,
+    // not two seconds after the first.
+    let (got, answered, sent) = tokio::task::spawn_blocking(move || {
+        paced_upload(proxy, "/quiet", 15_000, 1_000, Duration::from_millis(200))
+    })
+    .await
+    .unwrap();
+    assert!(got.starts_with("HTTP/1.1 504"), "{got}");
+    assert!(sent >= Duration::from_millis(2_700), "{sent:?}");
+    let after = answered.saturating_sub(sent);
+    assert!(
+        after >= Duration::from_millis(1_500) && after < Duration::from_millis(3_500),
+        "504 {after:?} after the request was sent"
+    );
+    // A gear that takes none of a large body: 504 about `server` after it stopped.
+    let t = Instant::now();
+    let (got, _) = tokio::task::spawn_blocking(move || raw_upload(proxy, "/stall", 64 << 20))
+        .await
+        .unwrap();
+    assert!(got.starts_with("HTTP/1.1 504"), "{got}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let silent_row = backends(&lb)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "silent")
+        .cloned()
+        .unwrap();
+    assert_eq!(silent_row["timeouts"], 2, "{silent_row}");
+}
+
+/// Issue 25, point 2: a gear that answers an upload early with a success that does not
+/// close (a redirect, say) and then stops reading: its answer goes to the client at
+/// once, as it would directly; the rest of the upload goes on under `timeouts.server`,
+/// and when the gear takes no more, its connection is closed (and the client's, whose
+/// upload is then read and dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_redirect_from_a_gear_that_stops_reading_reaches_the_client_at_once() {
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 302 Found\r\nLocation: /done\r\nContent-Length: 0\r\n\r\n"[..])
+            .before_body()
+            .then(Then::Hold(Duration::from_secs(30)))
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "[timeouts]\nserver = \"3s\"");
+    let proxy = lb.proxy;
+    let (got, answered) = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(proxy).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let t = Instant::now();
+        std::thread::spawn(move || write_upload(&mut w, "/form", 32 << 20));
+        let got = read_response(&mut s, &mut Vec::new());
+        (got, t.elapsed())
+    })
+    .await
+    .unwrap();
+    assert!(got.starts_with("HTTP/1.1 302"), "{got}");
+    assert!(
+        answered < Duration::from_secs(1),
+        "the redirect took {answered:?} (server = 3s)"
+    );
+    // The gear's connection and the request's count are let go of once the gear has
+    // taken nothing for `server`.
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            let b = &lb.status_json()["backends"][0];
+            b["sessions"] == 0 && b["connections_open"] == 0
+        })
+        .await,
+        "{}",
+        lb.status_json()["backends"][0]
+    );
+}
+
+/// A gear that answers an upload at once and reads the body afterwards (full duplex):
+/// the answer reaches the client before the body is sent, the body follows to the gear
+/// whole, and both connections carry the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_from_a_gear_that_reads_on_leaves_both_connections_usable() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|req| {
+        if req.head.starts_with("POST ") {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly"[..]).before_body()
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"[..])
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+    const LEN: usize = 300_000;
+    s.write_all(
+        format!("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: {LEN}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let (head, body) = tokio::time::timeout(Duration::from_secs(5), read_reply(&mut s, &mut buf))
+        .await
+        .expect("the answer before the body")
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"early");
+    for _ in 0..10 {
+        s.write_all(&[b'b'; LEN / 10]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            lb.status_json()["backends"][0]["connections_idle"] == 1
+        })
+        .await,
+        "the gear's connection went back to the pool: {}",
+        lb.status_json()["backends"][0]
+    );
+    let seen = gear.seen();
+    assert!(
+        seen[0].complete && seen[0].body.len() == LEN,
+        "{:?}",
+        seen[0].head
+    );
+    s.write_all(b"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"next");
+    assert_eq!(gear.connections.load(Ordering::SeqCst), 1);
+}
+
+/// RFC 9110 §15.2: a proxy forwards interim responses. A `103 Early Hints` reaches an
+/// HTTP/1.1 client as soon as the gear sends it, before the final response; an
+/// HTTP/1.0 client must not get one (and does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interim_responses_reach_http_1_1_clients_ahead_of_the_final_one() {
+    use tokio::io::AsyncWriteExt;
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n"[..],
+        )
+        .and_later(
+            Duration::from_millis(500),
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+    let t = Instant::now();
+    s.write_all(b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let (hint, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    let hinted = t.elapsed();
+    assert!(hint.starts_with("HTTP/1.1 103"), "{hint}");
+    assert!(hint.contains("link: </style.css>; rel=preload"), "{hint}");
+    assert!(!hint.contains("x-hop"), "hop-by-hop fields stay: {hint}");
+    assert!(
+        hinted < Duration::from_millis(400),
+        "the hint came after {hinted:?}"
+    );
+    let (fin, body) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(fin.starts_with("HTTP/1.1 200"), "{fin}");
+    assert_eq!(body, b"final");
+    // Keep-alive goes on, hint and all.
+    s.write_all(b"GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (hint, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(hint.starts_with("HTTP/1.1 103"), "{hint}");
+    let (fin, _) = read_reply(&mut s, &mut buf).await.unwrap();
+    assert!(fin.starts_with("HTTP/1.1 200"), "{fin}");
+
+    let out = raw(
+        lb.proxy,
+        b"GET /old HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(
+        out.starts_with("HTTP/1.0 200"),
+        "an HTTP/1.0 client got {out:?}"
+    );
+}
+
+/// Trailer fields travel both ways (RFC 9110 §6.5): a request's into the chunked body
+/// sent to the gear, a response's to HTTP/2 clients and to HTTP/1.1 clients that
+/// accept them (`TE: trailers`, with the `Trailer` field naming them). Fields that
+/// must not be trailers (framing, routing, cookies) are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailer_fields_are_forwarded_both_ways() {
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 200 OK\r\nTrailer: x-checksum\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nx-checksum: abc\r\nset-cookie: GEAR=evil\r\ncontent-length: 9\r\n\r\n"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    // A request's trailers reach the gear, and its TE: trailers says it may send its own.
+    let out = raw(
+        lb.proxy,
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nConnection: TE, close\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-sum: 1\r\nhost: evil\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let seen = gear.seen();
+    assert_eq!(seen[0].body, b"abc");
+    assert_eq!(seen[0].trailers, "x-sum: 1\r\n", "{seen:?}");
+    assert_eq!(seen[0].headers("te"), ["trailers"]);
+    // ... and the response's reach the HTTP/1.1 client that asked for them.
+    assert!(out.contains("\r\n0\r\nx-checksum: abc\r\n\r\n"), "{out:?}");
+    assert!(!out.contains("evil"), "{out:?}");
+
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<BoxBody>();
+    let req = http::Request::get(format!("http://{}/h2", lb.proxy))
+        .header("te", "trailers")
+        .body(full(""))
+        .unwrap();
+    let resp = h2.request(req).await.unwrap();
+    use http_body_util::BodyExt;
+    let collected = resp.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned().expect("trailers over HTTP/2");
+    assert_eq!(trailers["x-checksum"], "abc");
+    assert!(!trailers.contains_key("set-cookie"));
+    assert_eq!(&collected.to_bytes()[..], b"hello");
+}
+
+/// A response body the gear cuts short or frames badly reaches the client as far as it
+/// went, then cut (no last chunk, the connection closed): the client can tell a
+/// truncated answer, where an empty reply says nothing of what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went() {
+    let gear = Scripted::start(|req| {
+        let cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+        if req.head.starts_with("GET /bad ") {
+            Reply::after([&cut[..], b"zz\r\nworld\r\n"].concat())
+        } else if req.head.starts_with("GET /short ") {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello"[..])
+                .then(Then::Close)
+        } else {
+            Reply::after(&cut[..]).then(Then::Close)
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    for path in ["/bad", "/cut"] {
+        let out = raw(
+            lb.proxy,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            Duration::from_secs(5),
+        );
+        assert!(out.starts_with("HTTP/1.1 200"), "{path}: {out:?}");
+        assert!(out.ends_with("\r\n\r\n5\r\nhello\r\n"), "{path}: {out:?}");
+    }
+    let out = raw(
+        lb.proxy,
+        b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out:?}");
+    assert!(out.contains("content-length: 10"), "{out:?}");
+    assert!(out.ends_with("\r\n\r\nhello"), "{out:?}");
+}
+
+/// h2c smuggling: an `Upgrade: h2c` (deprecated, RFC 9113 §3.1) honoured by a gear would
+/// open a tunnel through which the client speaks HTTP/2 to the gear directly, every
+/// request of it unseen by the balancer. The token is not forwarded: the request goes
+/// on as plain HTTP/1.1, and a `101` to it is a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_upgrade_is_not_forwarded() {
+    let gear = Scripted::start(|req| {
+        if req.header("upgrade").is_some() {
+            Reply::after(
+                &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+                    [..],
+            )
+            .then(Then::Tunnel)
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..])
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let out = raw(
+        lb.proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "{out:?}");
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 1);
+    for gone in ["upgrade", "http2-settings", "connection"] {
+        assert!(seen[0].header(gone).is_none(), "{gone}: {:?}", seen[0].head);
+    }
+    // Listed with another protocol, only that one is asked for.
+    let out = raw(
+        lb.proxy,
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert!(out.starts_with("HTTP/1.1 502"), "{out:?}");
+    assert_eq!(gear.seen()[1].headers("upgrade"), ["websocket"]);
+    assert!(gear.tunnel_bytes().is_empty());
 }

@@ -5,7 +5,9 @@
 //! with the same status, framing and headers; a `Content-Length` is only ever a length
 //! every copy of the header agreed on, and is gone when `Transfer-Encoding` overrides
 //! it; the chunked decoder gives the same data and the same end whatever the read sizes,
-//! never more data bytes than it was given, and leaves the bytes after the body alone.
+//! never more data bytes than it was given, and leaves the bytes after the body alone;
+//! its trailer fields are the same whatever the read sizes, and never a field that may
+//! not be a trailer (`h1::trailer_allowed`).
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -79,10 +81,14 @@ fn head_in_steps(
 }
 
 /// Decode a chunked body from `bytes` given `steps` bytes at a time.
-fn chunked_in_steps(
-    bytes: &[u8],
-    steps: &[usize],
-) -> (Result<bool, h1::ParseError>, Vec<u8>, BytesMut) {
+type Decoded = (
+    Result<bool, h1::ParseError>,
+    Vec<u8>,
+    BytesMut,
+    Option<http::HeaderMap>,
+);
+
+fn chunked_in_steps(bytes: &[u8], steps: &[usize]) -> Decoded {
     let mut c = Chunked::default();
     let mut r = Reads::new(bytes, steps);
     let mut data = Vec::new();
@@ -97,13 +103,18 @@ fn chunked_in_steps(
                 Ok(Step::More) => break,
                 Ok(Step::End) => {
                     assert!(c.is_done());
-                    return (Ok(true), data, r.rest());
+                    let trailers = c.take_trailers();
+                    if let Some(t) = &trailers {
+                        assert!(!t.is_empty());
+                        assert!(t.keys().all(h1::trailer_allowed), "{t:?}");
+                    }
+                    return (Ok(true), data, r.rest(), trailers);
                 }
-                Err(e) => return (Err(e), data, r.buf),
+                Err(e) => return (Err(e), data, r.buf, None),
             }
         }
         if r.all_read() {
-            return (Ok(false), data, r.buf);
+            return (Ok(false), data, r.buf, None);
         }
     }
 }
@@ -146,8 +157,10 @@ fuzz_target!(|input: Input| {
             }
         }
     } else {
-        let (whole, data_whole, rest_whole) = chunked_in_steps(&input.bytes, &[usize::MAX]);
-        let (pieces, data_pieces, rest_pieces) = chunked_in_steps(&input.bytes, &steps);
+        let (whole, data_whole, rest_whole, trailers_whole) =
+            chunked_in_steps(&input.bytes, &[usize::MAX]);
+        let (pieces, data_pieces, rest_pieces, trailers_pieces) =
+            chunked_in_steps(&input.bytes, &steps);
         assert!(data_whole.len() <= input.bytes.len());
         match (&whole, &pieces) {
             (Ok(a), Ok(b)) => {
@@ -155,6 +168,7 @@ fuzz_target!(|input: Input| {
                 assert_eq!(data_whole, data_pieces);
                 if *a {
                     assert_eq!(rest_whole, rest_pieces, "the bytes after the body");
+                    assert_eq!(trailers_whole, trailers_pieces, "the trailer fields");
                 }
             }
             (Err(_), Err(_)) => {}

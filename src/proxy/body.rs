@@ -1,10 +1,15 @@
 //! Response bodies sent to clients.
 //!
 //! Owns [`ProxyBody`]: a backend's body streamed through frame by frame (never
-//! buffered), or a short text the balancer writes itself. A backend body holds the
-//! backend connection and the request's in-flight count until its last byte: then the
-//! connection returns to its backend's pool at once; a body dropped half-read closes it
-//! instead.
+//! buffered, trailer fields included), or a short text the balancer writes itself. A
+//! backend body holds the backend connection and the request's in-flight count until
+//! its last byte: then the connection returns to its backend's pool at once; a body
+//! dropped half-read closes it instead.
+//!
+//! A backend that answered before it had the whole request body, and reads on (full
+//! duplex), gets the rest alongside the response; if the response ends first, the rest
+//! goes on in a task of its own ([`upstream::finish_upload`]) that keeps the request
+//! counted on the client connection and the backend until it is done.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,7 +17,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::upstream::{SendError, UpBody};
+use super::upstream::{self, SendError, UpBody};
+use super::wait::Wait;
 use super::{FrontendRequest, InFlight};
 
 /// Response body sent to clients: a backend's body streamed through, or a short text
@@ -44,7 +50,11 @@ impl ProxyBody {
     }
 
     pub(super) fn upstream(body: UpBody, flight: InFlight) -> Self {
-        let mut u = UpstreamBody { body, flight };
+        let mut u = UpstreamBody {
+            body,
+            cut: None,
+            flight: Some(flight),
+        };
         // A body-less response frees its connection before the client is answered.
         u.return_if_done();
         ProxyBody {
@@ -67,14 +77,34 @@ impl Body for ProxyBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, SendError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        match &mut this.kind {
             BodyKind::Text(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => {
-                let r = u.body.poll_data(cx);
-                if r.is_ready() {
-                    u.return_if_done();
+                let r = match u.cut.take() {
+                    Some(e) => Poll::Ready(Some(Err(*e))),
+                    None => u.body.poll_frame(cx),
+                };
+                match r {
+                    Poll::Ready(Some(Err(e))) => {
+                        // The client gets what came before the failure, then the cut:
+                        // once what hyper was given is written out.
+                        if let Some(f) = &this._frontend {
+                            if !f.0.flushed_or_wait(cx) {
+                                u.body.wait_on_client();
+                                u.cut = Some(Box::new(e));
+                                return Poll::Pending;
+                            }
+                        }
+                        u.failed(&e);
+                        Poll::Ready(Some(Err(e)))
+                    }
+                    Poll::Ready(r) => {
+                        u.return_if_done();
+                        Poll::Ready(r)
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
-                r.map(|o| o.map(|r| r.map(Frame::data)))
             }
         }
     }
@@ -98,15 +128,60 @@ impl Body for ProxyBody {
 /// A backend's response body and the request's in-flight count on the backend.
 struct UpstreamBody {
     body: UpBody,
-    flight: InFlight,
+    /// The body failed; said once the client has what came before.
+    cut: Option<Box<SendError>>,
+    /// Taken by the end of an upload that outlives the response.
+    flight: Option<InFlight>,
 }
 
 impl UpstreamBody {
     /// Once the body was read to its end, its connection goes back to the pool (the
     /// client may still be waiting for the last bytes: they are out of the socket).
     fn return_if_done(&mut self) {
-        if let Some(conn) = self.body.take_reusable() {
-            self.flight.backend().pool.checkin(conn);
+        if let (Some(conn), Some(f)) = (self.body.take_reusable(), &self.flight) {
+            f.backend().pool.checkin(conn);
         }
+    }
+
+    /// The body failed: a backend that went silent for `timeouts.server` counts.
+    fn failed(&self, e: &SendError) {
+        if let (SendError::Timeout(super::wait::Phase::Server), Some(f)) = (e, &self.flight) {
+            let stats = &f.backend().stats;
+            stats
+                .timeouts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    /// A response complete while its backend still takes the request body: the rest of
+    /// the upload goes on in a task of its own, holding the request's counts on the
+    /// client connection (which must not look idle: its next request comes after the
+    /// body) and on the backend.
+    fn drop(&mut self) {
+        let BodyKind::Upstream(u) = &mut self.kind else {
+            return;
+        };
+        let Some((conn, upload, keep_alive)) = u.body.take_unfinished_upload() else {
+            return;
+        };
+        let (Some(flight), Ok(rt)) = (u.flight.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let frontend = self._frontend.take();
+        let wait = frontend.as_ref().map(|f| {
+            let w = &f.0.wait;
+            Wait::new(f.0.ctx.clock, w.client(), w.server())
+        });
+        let Some(wait) = wait else { return };
+        rt.spawn(async move {
+            if let Some(conn) = upstream::finish_upload(conn, upload, &wait, keep_alive).await {
+                flight.backend().pool.checkin(conn);
+            }
+            drop(flight);
+            drop(frontend);
+        });
     }
 }

@@ -7,12 +7,21 @@
 //! the HTTP/1 parser later reads the request in one piece.
 //!
 //! Timeouts are kept by one timer per connection (not one per request):
-//! - `client`: no byte moved while the balancer waits on the client (not while it waits
-//!   on a backend's response head);
+//! - `client`: no byte moved while the balancer waits on the client (not while its
+//!   request waits on a backend);
+//! - `server`: an HTTP/1 request's wait on its backend (see [`super::wait::Wait`]),
+//!   marked expired here and answered `504` by the request;
 //! - `request_header`: from the moment the connection waits for a request head (accept,
 //!   or the end of the previous response) until a complete head arrived; this also bounds
 //!   how long an idle keep-alive connection is kept. Closed without a response, as
-//!   hyper's own header timeout would.
+//!   hyper's own header timeout would. An HTTP/2 connection is bounded so while it has
+//!   no stream open (then GOAWAY), PINGs or not; its streams keep their own `client`
+//!   and `server` timeouts, each with a timer ([`StreamExec`]), and it has at most
+//!   `proxy.h2_max_concurrent_streams` of them.
+//!
+//! Interim responses (`103 Early Hints`) to HTTP/1.1 requests are written by the socket
+//! wrapper, hyper's server having no way to: at a moment hyper has nothing buffered
+//! ([`ConnState::push_interim`]).
 //!
 //! Parking: an HTTP/1 keep-alive connection idle for [`PARK_AFTER_MS`] gives back its
 //! HTTP state (hyper's read and write buffers, about 16 KiB, and the dispatcher): the
@@ -40,14 +49,14 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::Request;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -59,7 +68,9 @@ use tracing::debug;
 
 use super::forward::ClientInfo;
 use super::phase::WriteTurn;
+use super::wait::{watched, Phase, Wait};
 use super::{handle, FrontendRequest, ProxyCtx, Settings};
+use crate::config::Timeouts;
 use crate::routing::Affinity;
 use crate::stats::FrontendStats;
 
@@ -68,6 +79,9 @@ pub const PARK_AFTER_MS: u64 = 500;
 
 /// How often a running connection's watchdog looks at it (parking, the stop).
 const TICK_MS: u64 = 500;
+
+/// How long an idle HTTP/2 connection sent GOAWAY has to let it go out before it closes.
+const GOAWAY_GRACE_MS: u64 = 1000;
 
 /// Lingering close: the longest wait for the client's next bytes, and for all of them
 /// (nginx's `lingering_timeout` and `lingering_time`).
@@ -129,11 +143,13 @@ pub(super) struct ConnState {
     pub affinity: Affinity,
     /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
     last_io: AtomicU64,
-    /// Requests on this connection waiting for a backend's response head: while any
-    /// is, and no upload is unfinished, the backend's timeout applies, not the client's.
-    pub waiting_upstream: AtomicU32,
-    /// Request bodies still arriving from the client.
-    pub uploads: Arc<AtomicU32>,
+    /// What this connection's HTTP/1 request waits on (one at a time), for the
+    /// `timeouts.server` deadline the connection's watchdog keeps: no timer per request.
+    /// HTTP/2 streams have one each, kept by their own timer (see [`StreamExec`]).
+    pub wait: Arc<Wait>,
+    /// An HTTP/2 stream's wait, from the service that made it to the executor that
+    /// spawns the stream (hyper calls one right after the other).
+    handoff: arc_swap::ArcSwapOption<Wait>,
     /// Requests handed to the proxy and not yet answered in full (response body ended).
     in_flight: AtomicU32,
     /// When `in_flight` last fell to zero (or the connection was accepted): the start of
@@ -143,16 +159,20 @@ pub(super) struct ConnState {
     last_had_body: AtomicBool,
     /// Set by the connection task: park at the next safe moment.
     park: AtomicBool,
-    /// An HTTP/1 connection: one request at a time, whose wait for a backend's response
-    /// head (`timeouts.server`) the connection's watchdog keeps, instead of a timer per
-    /// request. Set once the protocol is known; HTTP/2 requests keep their own timers.
-    watch_upstream: AtomicBool,
-    /// When the current wait on a backend began (clock ms).
-    upstream_since: AtomicU64,
-    /// Set by the watchdog when that wait passed `server_ms`.
-    upstream_expired: AtomicBool,
-    /// `timeouts.server` in ms, and how often the watchdog looks at a busy connection.
-    server_ms: u64,
+    /// HTTP/2 requests arrived on this connection.
+    h2: AtomicBool,
+    /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
+    /// encoded, until the socket wrapper writes them (see [`ClientIo::poll_interim`]);
+    /// `has_interim` is what the write path looks at.
+    interim: arc_swap::ArcSwapOption<bytes::BytesMut>,
+    has_interim: AtomicBool,
+    /// The socket wrapper took bytes (or hyper asked it to, and the write waits for the
+    /// rest of the turn) since its last completed flush: hyper may still hold some.
+    unflushed: AtomicBool,
+    /// Who waits for the next completed flush ([`ConnState::flushed_or_wait`]).
+    flushed: atomic_waker::AtomicWaker,
+    flush_wanted: AtomicBool,
+    /// How often the watchdog looks at a busy connection.
     tick_ms: u64,
 }
 
@@ -168,50 +188,82 @@ impl ConnState {
         drop(taken);
     }
 
-    fn new(ctx: Arc<ProxyCtx>, session: Session, client: ClientInfo, server: Duration) -> Self {
+    fn new(ctx: Arc<ProxyCtx>, session: Session, client: ClientInfo, t: &Timeouts) -> Self {
         let now = ctx.clock.now_ms();
-        let server_ms = server.as_millis() as u64;
+        let server_ms = t.server.as_millis() as u64;
         ConnState {
+            wait: Arc::new(Wait::new(ctx.clock, t.client, t.server)),
+            handoff: arc_swap::ArcSwapOption::empty(),
             ctx,
             session: std::sync::Mutex::new(Some(session)),
             client,
             affinity: Affinity::default(),
             last_io: AtomicU64::new(now),
-            waiting_upstream: AtomicU32::new(0),
-            uploads: Arc::new(AtomicU32::new(0)),
             in_flight: AtomicU32::new(0),
             idle_since: AtomicU64::new(now),
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
-            watch_upstream: AtomicBool::new(false),
-            upstream_since: AtomicU64::new(now),
-            upstream_expired: AtomicBool::new(false),
-            server_ms,
+            h2: AtomicBool::new(false),
+            interim: arc_swap::ArcSwapOption::empty(),
+            has_interim: AtomicBool::new(false),
+            unflushed: AtomicBool::new(false),
+            flushed: atomic_waker::AtomicWaker::new(),
+            flush_wanted: AtomicBool::new(false),
             // A quarter of the response timeout when that is short, so that it is kept
             // to within a quarter.
             tick_ms: TICK_MS.min(server_ms / 4).max(1),
         }
     }
 
-    /// A request starts waiting on a backend.
-    pub fn upstream_wait_started(&self) {
-        let first = self.waiting_upstream.fetch_add(1, Ordering::Relaxed) == 0;
-        // Only the watchdog of an HTTP/1 connection reads when the wait began.
-        if first && self.watches_upstream() {
-            self.upstream_since
-                .store(self.ctx.clock.now_ms(), Ordering::Relaxed);
-            self.upstream_expired.store(false, Ordering::Relaxed);
+    /// The wait of a request arriving on this connection: the connection's own for
+    /// HTTP/1 (one request at a time), a new one for an HTTP/2 stream, handed to the
+    /// executor that spawns the stream (see [`StreamExec`]).
+    fn request_wait(&self, req: &Request<Incoming>) -> (Arc<Wait>, bool) {
+        if req.version() != http::Version::HTTP_2 {
+            return (self.wait.clone(), false);
         }
+        self.h2.store(true, Ordering::Relaxed);
+        let w = Arc::new(Wait::new(
+            self.ctx.clock,
+            self.wait.client(),
+            self.wait.server(),
+        ));
+        self.handoff.store(Some(w.clone()));
+        (w, true)
     }
 
-    /// The connection's watchdog keeps this connection's response timeouts.
-    pub fn watches_upstream(&self) -> bool {
-        self.watch_upstream.load(Ordering::Relaxed)
+    /// An HTTP/2 connection (streams keep their own timeouts).
+    fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
     }
 
-    /// The watchdog found the wait on a backend longer than `timeouts.server`.
-    pub fn upstream_expired(&self) -> bool {
-        self.upstream_expired.load(Ordering::Relaxed)
+    /// Everything written to the client so far went out (`true`); else the task in `cx`
+    /// is woken at the next completed flush. A response body that failed waits for
+    /// this before it says so: hyper drops what it still holds of a response whose body
+    /// fails, and the client would get nothing at all instead of a cut.
+    pub fn flushed_or_wait(&self, cx: &mut Context<'_>) -> bool {
+        if !self.unflushed.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.flushed.register(cx.waker());
+        self.flush_wanted.store(true, Ordering::Relaxed);
+        !self.unflushed.load(Ordering::Relaxed)
+    }
+
+    /// Pass an interim response on to this connection's HTTP/1.1 client (RFC 9110
+    /// §15.2: a proxy forwards 1xx responses). hyper's server cannot send one: the
+    /// socket wrapper writes it at the next moment hyper has nothing buffered.
+    pub fn push_interim(&self, head: &super::h1::Head) {
+        let mut headers = head.parts.headers.clone();
+        super::forward::remove_hop_headers(&mut headers);
+        let mut out = match self.interim.swap(None) {
+            // Several in a row before the socket took the first.
+            Some(prev) => Arc::unwrap_or_clone(prev),
+            None => bytes::BytesMut::new(),
+        };
+        super::h1::encode_interim(head.parts.status, &headers, &mut out);
+        self.interim.store(Some(Arc::new(out)));
+        self.has_interim.store(true, Ordering::Release);
     }
 
     /// A request arrived (its head is complete): called when hyper hands it over, before
@@ -253,15 +305,14 @@ pub(super) struct ClientIo<S> {
     slot: Option<Arc<OnceLock<(S, Handback)>>>,
     /// The last four bytes read.
     tail: [u8; 4],
-    /// Bytes were written, or hyper asked to write some and the write waits for the
-    /// rest of the turn (`phase`), since the last completed flush.
-    unflushed: bool,
     /// End-of-stream was reported to hyper to park the connection.
     parked: bool,
     /// hyper shut the connection's write side: it is closing.
     closed: bool,
     /// A response's first write waits for the rest of the turn (`phase`).
     turn: WriteTurn,
+    /// An interim response being written, and how much of it went.
+    interim: Option<(bytes::Bytes, usize)>,
 }
 
 impl<S> ClientIo<S> {
@@ -272,10 +323,10 @@ impl<S> ClientIo<S> {
             slot,
             // Nothing read yet: nothing half-read either.
             tail: *b"\r\n\r\n",
-            unflushed: false,
             parked: false,
             closed: false,
             turn: WriteTurn::default(),
+            interim: None,
         }
     }
 
@@ -287,7 +338,7 @@ impl<S> ClientIo<S> {
 
     fn wrote(&mut self, n: usize) {
         if n > 0 {
-            self.unflushed = true;
+            self.state.unflushed.store(true, Ordering::Relaxed);
             self.touch();
             self.state
                 .ctx
@@ -306,7 +357,7 @@ impl<S> ClientIo<S> {
             && st.park.load(Ordering::Relaxed)
             && st.in_flight.load(Ordering::Relaxed) == 0
             && !st.last_had_body.load(Ordering::Relaxed)
-            && !self.unflushed
+            && !st.unflushed.load(Ordering::Relaxed)
             && ends_head(&self.tail)
     }
 
@@ -315,7 +366,7 @@ impl<S> ClientIo<S> {
     fn wait_turn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let r = self.turn.poll_ready(cx);
         if r.is_pending() {
-            self.unflushed = true;
+            self.state.unflushed.store(true, Ordering::Relaxed);
         }
         r
     }
@@ -393,6 +444,54 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> ClientIo<S> {
+    /// Write the interim responses the exchange queued, in full, before anything else.
+    /// `Ready(Ok)` when none is left. Only called when what hyper wrote before was all
+    /// flushed (from `poll_flush`, or a write that follows a flush): an interim response
+    /// then goes after the previous response and before this request's final one.
+    fn poll_interim(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.interim.is_none() && self.state.has_interim.swap(false, Ordering::Acquire) {
+            if let Some(b) = self.state.interim.swap(None) {
+                self.interim = Some((Arc::unwrap_or_clone(b).freeze(), 0));
+            }
+        }
+        while let Some((b, at)) = self.interim.as_mut() {
+            if *at >= b.len() {
+                self.interim = None;
+                break;
+            }
+            let inner = self
+                .inner
+                .as_mut()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "parked"))?;
+            match Pin::new(inner).poll_write(cx, &b[*at..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    *at += n;
+                    self.wrote(n);
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Before hyper writes: an interim response already started is finished; one not
+    /// started goes first only if everything hyper wrote before was flushed (else these
+    /// bytes may still be the previous response's, and it is too late for a hint).
+    fn poll_interim_before_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.interim.is_none()
+            && self.state.has_interim.load(Ordering::Relaxed)
+            && self.state.unflushed.load(Ordering::Relaxed)
+        {
+            self.state.has_interim.store(false, Ordering::Relaxed);
+            self.state.interim.store(None);
+        }
+        self.poll_interim(cx)
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -400,6 +499,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim_before_write(cx))?;
+        }
         if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
@@ -416,6 +518,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim_before_write(cx))?;
+        }
         if this.wait_turn(cx).is_pending() {
             return Poll::Pending;
         }
@@ -432,9 +537,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // hyper flushes after each turn of its loop, with its own buffer written out:
+        // the moment for an interim response the exchange queued meanwhile.
+        if this.interim.is_some() || this.state.has_interim.load(Ordering::Relaxed) {
+            ready!(this.poll_interim(cx))?;
+        }
         let r = Pin::new(this.inner()?).poll_flush(cx);
         if let Poll::Ready(Ok(())) = r {
-            this.unflushed = false;
+            let st = &this.state;
+            st.unflushed.store(false, Ordering::Relaxed);
+            if st.flush_wanted.load(Ordering::Relaxed) {
+                st.flush_wanted.store(false, Ordering::Relaxed);
+                st.flushed.wake();
+            }
         }
         r
     }
@@ -513,51 +628,120 @@ async fn detect(stream: &TcpStream) -> io::Result<Detected> {
 
 /// The client's inactivity and head timeouts at `now`: `Err(counted)` when the
 /// connection must close (`counted`: it was the client timeout), else the next time to
-/// look again. Also marks an HTTP/1 request's wait on a backend as expired (see
-/// [`ConnState::upstream_expired`]).
+/// look again. Also marks an HTTP/1 request's wait on a backend as expired when it
+/// passed `timeouts.server` (see [`Wait`]): the connection task polls the request right
+/// after this, and it answers `504`.
+///
+/// - `client` (HAProxy's `timeout client`): no byte moved from or to the client, while
+///   nothing waits on a backend. An HTTP/2 connection with streams open is left to its
+///   streams' own timeouts (as HAProxy's h2 mux does): the connection is bounded once
+///   it has none.
+/// - `request_header` (`head_ms`; HAProxy's `timeout http-request`, and
+///   `http-keep-alive`): no request in flight for that long since the last one ended
+///   (or the accept): no complete head arrived. For HTTP/2 this bounds an idle
+///   connection however many PINGs keep it busy, and a HEADERS never completed.
 fn check_deadlines(
     st: &ConnState,
     now: u64,
     client_ms: u64,
-    head_ms: Option<u64>,
+    head_ms: u64,
+    streams: bool,
 ) -> Result<u64, bool> {
     let last = st.last_io.load(Ordering::Relaxed);
-    let waiting =
-        st.waiting_upstream.load(Ordering::Relaxed) > 0 && st.uploads.load(Ordering::Relaxed) == 0;
+    let busy = st.in_flight.load(Ordering::Relaxed) > 0;
+    let on_server = st.wait.phase() == Phase::Server;
+    let exempt = on_server || (streams && busy);
     let idle_ms = now.saturating_sub(last);
-    if !waiting && idle_ms >= client_ms {
+    if !exempt && idle_ms >= client_ms {
         return Err(true);
     }
     let mut next = now
-        + if waiting {
+        + if exempt {
             client_ms
         } else {
             client_ms - idle_ms
         };
-    if st.waiting_upstream.load(Ordering::Relaxed) > 0 && st.watch_upstream.load(Ordering::Relaxed)
-    {
-        // The request polls `upstream_expired` when the connection is polled next:
-        // right after the watchdog (the connection loop polls it first).
-        let deadline = st.upstream_since.load(Ordering::Relaxed) + st.server_ms;
-        if now >= deadline {
-            st.upstream_expired.store(true, Ordering::Relaxed);
-        } else {
-            next = next.min(deadline);
+    if on_server {
+        if let Some(deadline) = st.wait.deadline() {
+            if now >= deadline {
+                st.wait.expire();
+            } else {
+                next = next.min(deadline);
+            }
         }
+    }
+    if busy {
         // A request may start waiting at any time: look again within a tick.
         next = next.min(now + st.tick_ms);
-    }
-    if let Some(head_ms) = head_ms {
-        if st.in_flight.load(Ordering::Relaxed) == 0 {
-            let since = st.idle_since.load(Ordering::Relaxed);
-            let waited = now.saturating_sub(since);
-            if waited >= head_ms {
-                return Err(false);
-            }
-            next = next.min(now + head_ms - waited);
+    } else {
+        let since = st.idle_since.load(Ordering::Relaxed);
+        let waited = now.saturating_sub(since);
+        if waited >= head_ms {
+            return Err(false);
         }
+        next = next.min(now + head_ms - waited);
     }
     Ok(next)
+}
+
+/// The executor of a client connection's HTTP/2 streams: each stream is spawned under
+/// its own [`Wait`] (handed over by the service that made it), kept by one timer
+/// ([`watched`]): a stream waiting too long on the client (its request body, or a
+/// window to send the response in) or on the backend is answered `504`/`408` if it
+/// can still be, and otherwise reset (`RST_STREAM`), which closes its backend
+/// connection. Without it, a client granting no window would hold a backend connection
+/// per stream for as long as it keeps the connection.
+#[derive(Clone)]
+pub(super) struct StreamExec(Arc<ConnState>);
+
+impl<F> hyper::rt::Executor<F> for StreamExec
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let Some(wait) = self.0.handoff.swap(None) else {
+            tokio::spawn(fut);
+            return;
+        };
+        let stats = self.0.ctx.stats.clone();
+        let peer = self.0.client.peer;
+        tokio::spawn(async move {
+            if let Err(phase) = watched(&wait, fut).await {
+                if phase == Phase::Client {
+                    stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                debug!(client = %peer, ?phase, "HTTP/2 stream reset: no progress in time");
+            }
+        });
+    }
+}
+
+/// One request of a client connection, as hyper hands it over: counted at once (so the
+/// connection never looks idle before its handler runs), with its [`Wait`]. An HTTP/2
+/// stream's response then waits on the client to take it.
+fn serve_request(
+    state: &Arc<ConnState>,
+    req: Request<Incoming>,
+) -> impl std::future::Future<Output = Result<hyper::Response<super::ProxyBody>, Infallible>> {
+    let frontend = FrontendRequest::start(state, !req.body().is_end_stream());
+    let (wait, stream) = state.request_wait(&req);
+    let after = stream.then(|| wait.clone());
+    async move {
+        let resp = handle(frontend, req, wait).await;
+        if let Some(w) = after {
+            w.enter(Phase::Client);
+        }
+        Ok(resp)
+    }
+}
+
+/// HTTP/2 server settings: hyper's timer, the head size limit, and the streams a
+/// connection may have open at once (`proxy.h2_max_concurrent_streams`, HAProxy's
+/// `tune.h2.max-concurrent-streams`).
+fn h2_settings(mut b: auto::Http2Builder<'_, StreamExec>, settings: &Settings) {
+    b.timer(TokioTimer::new())
+        .max_header_list_size(settings.max_header_size as u32)
+        .max_concurrent_streams(settings.h2_max_concurrent_streams);
 }
 
 /// Serve one accepted client connection until it closes, times out or the balancer
@@ -579,7 +763,7 @@ pub(super) fn serve_connection(
         ctx.clone(),
         session,
         ClientInfo::new(peer, local_port, "http"),
-        settings.timeouts.server,
+        &settings.timeouts,
     ));
     serve_http(ctx, state, settings, stream, shutdown)
 }
@@ -598,10 +782,7 @@ async fn serve_http(
     let at = |ms: u64| epoch + Duration::from_millis(ms);
 
     let svc_state = state.clone();
-    let service = move |req: Request<Incoming>| {
-        let frontend = FrontendRequest::start(&svc_state, !req.body().is_end_stream());
-        async move { Ok::<_, Infallible>(handle(frontend, req).await) }
-    };
+    let service = move |req: Request<Incoming>| serve_request(&svc_state, req);
     let h1 = &settings.h1;
     let new_h1 = |io: ClientIo<TcpStream>| {
         Box::pin(
@@ -613,15 +794,13 @@ async fn serve_http(
     // large, and the connection's state is kept small for idle connections).
     let auto_builder = std::cell::OnceCell::new();
     let new_auto = || {
-        let mut b = auto::Builder::new(TokioExecutor::new());
+        let mut b = auto::Builder::new(StreamExec(state.clone()));
         b.http1()
             .timer(TokioTimer::new())
             .header_read_timeout(settings.timeouts.request_header)
             .max_buf_size(settings.max_header_size)
             .keep_alive(true);
-        b.http2()
-            .timer(TokioTimer::new())
-            .max_header_list_size(settings.max_header_size as u32);
+        h2_settings(b.http2(), &settings);
         Box::new(b)
     };
 
@@ -634,6 +813,8 @@ async fn serve_http(
     let watchdog = tokio::time::sleep_until(at(clock.now_ms() + head_ms.min(client_ms)));
     tokio::pin!(watchdog);
     let mut stopping = false;
+    // An idle HTTP/2 connection was sent GOAWAY: closed at the next look.
+    let mut going_away = false;
 
     loop {
         if let Some(stream) = parked.as_ref() {
@@ -645,7 +826,7 @@ async fn serve_http(
                 r = detect(stream), if !detected => r.map(Some),
                 _ = shutdown.cancelled() => return,
                 _ = &mut watchdog => {
-                    match check_deadlines(&state, clock.now_ms(), client_ms, Some(head_ms)) {
+                    match check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false) {
                         Ok(next) => watchdog.as_mut().reset(at(next)),
                         Err(counted) => {
                             if counted {
@@ -680,7 +861,6 @@ async fn serve_http(
                 Ok(Some(Detected::Http1)) | Ok(None) => {
                     detected = true;
                     state.park.store(false, Ordering::Relaxed);
-                    state.watch_upstream.store(true, Ordering::Relaxed);
                     let slot = Arc::new(OnceLock::new());
                     h1_conn = Some(new_h1(ClientIo::new(
                         stream,
@@ -720,8 +900,21 @@ async fn serve_http(
                         c.as_mut().graceful_shutdown();
                     }
                 }
+                if going_away {
+                    return;
+                }
                 let now = clock.now_ms();
-                match check_deadlines(&state, now, client_ms, is_h1.then_some(head_ms)) {
+                match check_deadlines(&state, now, client_ms, head_ms, state.is_h2()) {
+                    Err(false) if !is_h1 => {
+                        // An idle HTTP/2 connection: GOAWAY (no stream is lost), and a
+                        // moment for it to go out.
+                        debug!(client = %state.client.peer, "idle HTTP/2 connection for {:?}, closing", settings.timeouts.request_header);
+                        if let Some(c) = other_conn.as_mut() {
+                            c.as_mut().graceful_shutdown();
+                        }
+                        going_away = true;
+                        watchdog.as_mut().reset(at(now + GOAWAY_GRACE_MS));
+                    }
                     Err(counted) => {
                         if counted {
                             ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -782,7 +975,7 @@ async fn serve_http(
             Some((stream, Handback::Parked)) if !stopping => {
                 parked = Some(stream);
                 _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
-                let next = check_deadlines(&state, clock.now_ms(), client_ms, Some(head_ms));
+                let next = check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false);
                 match next {
                     Ok(next) => watchdog.as_mut().reset(at(next)),
                     Err(_) => return,
@@ -827,26 +1020,23 @@ pub(super) async fn serve_tls_connection(
         ctx.clone(),
         session,
         ClientInfo::new(peer, local_port, "https"),
-        settings.timeouts.server,
+        &settings.timeouts,
     ));
     let svc_state = state.clone();
-    let service = move |req: Request<Incoming>| {
-        let frontend = FrontendRequest::start(&svc_state, !req.body().is_end_stream());
-        async move { Ok::<_, Infallible>(handle(frontend, req).await) }
-    };
+    let service = move |req: Request<Incoming>| serve_request(&svc_state, req);
     let clock = ctx.clock;
     let client_ms = settings.timeouts.client.as_millis() as u64;
     let head_ms = head.as_millis() as u64;
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-    state.watch_upstream.store(!h2, Ordering::Relaxed);
     let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
     tokio::pin!(watchdog);
     // The same loop for both connection types (they share no trait for graceful stop).
     macro_rules! drive {
-        ($conn:expr, $head:expr) => {{
+        ($conn:expr) => {{
             let conn = $conn;
             tokio::pin!(conn);
             let mut stopping = false;
+            let mut going_away = false;
             loop {
                 tokio::select! {
                     biased;
@@ -861,8 +1051,19 @@ pub(super) async fn serve_tls_connection(
                         conn.as_mut().graceful_shutdown();
                     }
                     _ = &mut watchdog => {
+                        if going_away {
+                            return;
+                        }
                         let now = clock.now_ms();
-                        match check_deadlines(&state, now, client_ms, $head) {
+                        match check_deadlines(&state, now, client_ms, head_ms, state.is_h2()) {
+                            Err(false) if h2 => {
+                                // Idle: GOAWAY, and a moment for it to go out.
+                                conn.as_mut().graceful_shutdown();
+                                going_away = true;
+                                watchdog.as_mut().reset(
+                                    Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS),
+                                );
+                            }
                             Ok(next) => {
                                 let wait = Duration::from_millis(next.saturating_sub(now).max(1));
                                 watchdog.as_mut().reset(Instant::now() + wait);
@@ -882,24 +1083,16 @@ pub(super) async fn serve_tls_connection(
     }
     let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
     if h2 {
-        let mut b = auto::Builder::new(TokioExecutor::new());
-        b.http2()
-            .timer(TokioTimer::new())
-            .max_header_list_size(settings.max_header_size as u32);
-        drive!(
-            b.serve_connection_with_upgrades(io, service_fn(service)),
-            None
-        )
+        let mut b = auto::Builder::new(StreamExec(state.clone()));
+        h2_settings(b.http2(), &settings);
+        drive!(b.serve_connection_with_upgrades(io, service_fn(service)))
     } else {
         // HTTP/1.1: hyper's server as for plain connections, the request head timeout
         // kept by the watchdog.
-        drive!(
-            settings
-                .h1
-                .serve_connection(io, service_fn(service))
-                .with_upgrades(),
-            Some(head_ms)
-        )
+        drive!(settings
+            .h1
+            .serve_connection(io, service_fn(service))
+            .with_upgrades())
     }
 }
 
@@ -978,7 +1171,7 @@ mod tests {
             ctx.clone(),
             test_session(&ctx),
             ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
-            Duration::from_secs(30),
+            &crate::config::Config::default().timeouts,
         ));
         let (ours, mut client) = tokio::io::duplex(1024);
         let mut io = ClientIo::new(ours, state.clone(), Some(Arc::new(OnceLock::new())));

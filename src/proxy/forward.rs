@@ -75,14 +75,16 @@ static X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port"
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Hop-by-hop headers that are never forwarded.
-fn fixed_hop_headers() -> [&'static HeaderName; 8] {
+/// Hop-by-hop headers that are never forwarded as they came (RFC 9110 §7.6.1). `Trailer`
+/// is not one of them: it is end-to-end (RFC 9110 §6.6.2), and HTTP/1.1 clients get a
+/// response's trailer fields only when it names them. `TE: trailers` is set again on a
+/// request that carried it (see [`prepare_request`]).
+fn fixed_hop_headers() -> [&'static HeaderName; 7] {
     [
         &header::CONNECTION,
         &KEEP_ALIVE,
         &PROXY_CONNECTION,
         &header::TE,
-        &header::TRAILER,
         &header::TRANSFER_ENCODING,
         &header::UPGRADE,
         &header::PROXY_AUTHENTICATE,
@@ -97,7 +99,7 @@ fn is_fixed_hop(name: &HeaderName) -> bool {
 pub fn remove_hop_headers(headers: &mut HeaderMap) {
     // Most messages carry none, or only `Connection`: look before removing (each remove
     // is a hash lookup).
-    let mut found: [Option<HeaderName>; 8] = Default::default();
+    let mut found: [Option<HeaderName>; 7] = Default::default();
     let mut n = 0;
     for name in headers.keys() {
         if n < found.len()
@@ -156,6 +158,39 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The protocols an upgrade request offers that may go on to a gear, as one `Upgrade`
+/// value: all it lists but `h2c` (RFC 9113 §3.1 deprecates it; honoured by a gear, it
+/// would open a tunnel in which the client speaks HTTP/2 to the gear directly, every
+/// request unseen by the balancer: "h2c smuggling"). `None` for a request that is not
+/// an upgrade, or offers nothing else.
+pub fn upgrade_offer(headers: &HeaderMap) -> Option<HeaderValue> {
+    if !is_upgrade(headers) {
+        return None;
+    }
+    let mut offer = BytesMut::new();
+    let mut dropped = false;
+    for v in headers.get_all(header::UPGRADE) {
+        for t in super::h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+            if t.eq_ignore_ascii_case(b"h2c") {
+                dropped = true;
+                continue;
+            }
+            if !offer.is_empty() {
+                offer.put_slice(b", ");
+            }
+            offer.put_slice(t);
+        }
+    }
+    match (offer.is_empty(), dropped) {
+        (true, _) => None,
+        // The usual case: one value, as it came (no copy).
+        (false, false) if headers.get_all(header::UPGRADE).iter().count() == 1 => {
+            headers.get(header::UPGRADE).cloned()
+        }
+        (false, _) => Some(value(offer)),
+    }
+}
+
 /// True when the request's `Upgrade` header lists `protocol` (case-insensitive).
 pub fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
     headers.get_all(header::UPGRADE).iter().any(|v| {
@@ -164,6 +199,86 @@ pub fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
                 .any(|t| t.trim().eq_ignore_ascii_case(protocol))
         })
     })
+}
+
+/// Whether a `101 Switching Protocols` may go to the client: the request asked for an
+/// upgrade (`asked`: its `Upgrade` value as sent to the backend), and every protocol the
+/// response's `Upgrade` names is one the client listed (RFC 9110 §7.8: "A server MUST NOT
+/// switch to a protocol that was not indicated by the client"; §15.2.2: a `101` names the
+/// protocols in `Upgrade`). Otherwise the tunnel would carry bytes neither side framed
+/// as agreed: a request the balancer never looked at could reach the gear through it.
+pub fn switch_allowed(
+    asked: Option<&HeaderValue>,
+    response: &HeaderMap,
+) -> Result<(), &'static str> {
+    let Some(asked) = asked else {
+        return Err("101 Switching Protocols to a request that asked for no upgrade");
+    };
+    let asked: Vec<&[u8]> = super::h1::tokens(asked.as_bytes())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let mut named = 0;
+    for v in response.get_all(header::UPGRADE) {
+        for t in super::h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+            if !asked.iter().any(|a| a.eq_ignore_ascii_case(t)) {
+                return Err("101 Switching Protocols to a protocol the client did not ask for");
+            }
+            named += 1;
+        }
+    }
+    if named == 0 {
+        return Err("101 Switching Protocols without Upgrade");
+    }
+    Ok(())
+}
+
+/// The transfer codings of a message other than `chunked` (RFC 9112 §6.1), as one list
+/// (`gzip`), or `None` when there are none. `Err` when `chunked` is applied more than
+/// once or is not the final coding: a message the balancer cannot frame faithfully.
+pub fn transfer_codings(h: &HeaderMap) -> Result<Option<HeaderValue>, &'static str> {
+    if !h.contains_key(header::TRANSFER_ENCODING) {
+        return Ok(None);
+    }
+    let mut others = BytesMut::new();
+    let mut chunked_last = false;
+    let mut chunked = 0;
+    for v in h.get_all(header::TRANSFER_ENCODING) {
+        for t in super::h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+            if t.eq_ignore_ascii_case(b"chunked") {
+                chunked += 1;
+                chunked_last = true;
+                continue;
+            }
+            chunked_last = false;
+            if !others.is_empty() {
+                others.put_slice(b", ");
+            }
+            others.put_slice(t);
+        }
+    }
+    if chunked > 1 || (chunked == 1 && !chunked_last) {
+        return Err("chunked applied more than once, or not last");
+    }
+    Ok((!others.is_empty()).then(|| value(others)))
+}
+
+/// HTTP/2 carries a request's cookies as several `cookie` fields; before the request
+/// goes on as HTTP/1.1 they are joined into one with `"; "` (RFC 9113 §8.2.3): an
+/// HTTP/1.1 server reads one `Cookie` header (RFC 6265 §5.4), and PHP or Apache would
+/// see only one of the pieces.
+pub fn join_cookies(h: &mut HeaderMap) {
+    let mut values = h.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (values.next(), values.next()) else {
+        return;
+    };
+    let mut buf = BytesMut::with_capacity(first.len() * 4);
+    for v in h.get_all(header::COOKIE) {
+        if !buf.is_empty() {
+            buf.put_slice(b"; ");
+        }
+        buf.put_slice(v.as_bytes());
+    }
+    h.insert(header::COOKIE, value(buf));
 }
 
 /// Why a client request must be refused before it reaches a backend, and with which
@@ -183,6 +298,19 @@ pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode
         .count();
     if chunked > 1 {
         return Some((StatusCode::BAD_REQUEST, "chunked applied more than once"));
+    }
+    // hyper took the chunked framing off; forwarding the rest (`gzip, chunked`) would
+    // hand the gear a body coded in a way its head no longer says, and refusing is what
+    // RFC 9112 §6.1 asks of a server that does not implement a coding.
+    match transfer_codings(h) {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            return Some((
+                StatusCode::NOT_IMPLEMENTED,
+                "transfer coding other than chunked",
+            ))
+        }
+        Err(why) => return Some((StatusCode::BAD_REQUEST, why)),
     }
     let mut hosts = h.get_all(header::HOST).iter();
     let host = hosts.next();
@@ -218,14 +346,33 @@ pub fn prepare_request(
     trust_forwarded: bool,
     set: ForwardedHeaders,
 ) {
-    let upgrade = is_upgrade(&parts.headers)
-        .then(|| parts.headers.get(header::UPGRADE).cloned())
-        .flatten();
+    let upgrade = upgrade_offer(&parts.headers);
+    // The client takes trailer fields (RFC 9110 §10.1.4): the gear may send them, they
+    // are forwarded. Other `TE` codings are the client's connection's business.
+    let te_trailers = parts.headers.contains_key(header::TE)
+        && parts.headers.get_all(header::TE).iter().any(|v| {
+            super::h1::tokens(v.as_bytes()).any(|t| {
+                t.split(|&b| b == b';')
+                    .next()
+                    .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+            })
+        });
     // HTTP/2 clients carry the host in :authority; HTTP/1.1 backends need Host.
     if !parts.headers.contains_key(header::HOST) {
-        if let Some(auth) = parts.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(auth.as_str()) {
+        match parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            Some(v) => {
                 parts.headers.insert(header::HOST, v);
+            }
+            // An HTTP/1.0 request without Host goes on as HTTP/1.1, which must have one:
+            // empty when the target has no authority (RFC 9112 §3.2).
+            None => {
+                parts
+                    .headers
+                    .insert(header::HOST, HeaderValue::from_static(""));
             }
         }
     }
@@ -247,6 +394,11 @@ pub fn prepare_request(
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         parts.headers.insert(header::UPGRADE, proto);
+    }
+    if te_trailers {
+        parts
+            .headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
     }
     // The balancer answers `Expect: 100-continue` itself when it starts reading the
     // body; the backend gets the body straight away.
@@ -427,12 +579,17 @@ mod tests {
             "POST",
             v11
         )));
-        assert!(ok(&parts(
-            &[("host", "x"), ("transfer-encoding", "gzip, chunked")],
-            "/",
-            "POST",
-            v11
-        )));
+        // Codings the balancer would take off without saying so: refused, 501.
+        assert_eq!(
+            request_problem(&parts(
+                &[("host", "x"), ("transfer-encoding", "gzip, chunked")],
+                "/",
+                "POST",
+                v11
+            ))
+            .map(|p| p.0),
+            Some(http::StatusCode::NOT_IMPLEMENTED)
+        );
         for bad in [
             parts(
                 &[
@@ -566,7 +723,7 @@ mod tests {
             .header("connection", "keep-alive, X-Secret")
             .header("x-secret", "1")
             .header("keep-alive", "timeout=5")
-            .header("te", "trailers")
+            .header("te", "gzip")
             .header("proxy-connection", "keep-alive")
             .header("expect", "100-continue")
             .header("x-end-to-end", "kept"));
@@ -582,6 +739,160 @@ mod tests {
             assert!(!p.headers.contains_key(gone), "{gone} should be removed");
         }
         assert_eq!(p.headers["x-end-to-end"], "kept");
+    }
+
+    #[test]
+    fn te_trailers_is_kept_other_te_codings_are_not() {
+        for (te, kept) in [
+            ("trailers", true),
+            ("gzip, Trailers", true),
+            ("trailers;q=1", true),
+            ("gzip", false),
+            ("trailersx", false),
+        ] {
+            let mut p = req(http::Request::post("/")
+                .header("host", "h")
+                .header("connection", "TE")
+                .header("te", te));
+            prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
+            let got = p.headers.get("te").map(|v| v.to_str().unwrap());
+            assert_eq!(got, kept.then_some("trailers"), "{te}");
+        }
+    }
+
+    /// RFC 9112 §3.2: an HTTP/1.1 request has a Host, empty when the target has no
+    /// authority (an HTTP/1.0 request without one).
+    #[test]
+    fn an_http_1_0_request_without_host_gets_an_empty_one() {
+        let mut p = req(http::Request::get("/").version(Version::HTTP_10));
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
+        assert_eq!(p.version, Version::HTTP_11);
+        assert_eq!(p.headers.get_all("host").iter().collect::<Vec<_>>(), [""]);
+        let mut p = req(http::Request::get("/")
+            .version(Version::HTTP_10)
+            .header("host", "h"));
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
+        assert_eq!(p.headers["host"], "h");
+    }
+
+    #[test]
+    fn split_cookies_are_joined() {
+        let mut h = HeaderMap::new();
+        h.append("cookie", "a=1".parse().unwrap());
+        join_cookies(&mut h);
+        assert_eq!(h["cookie"], "a=1", "one piece stays as it is");
+        h.append("cookie", "b=2; c=3".parse().unwrap());
+        h.append("cookie", "d=4".parse().unwrap());
+        join_cookies(&mut h);
+        assert_eq!(
+            h.get_all("cookie").iter().collect::<Vec<_>>(),
+            ["a=1; b=2; c=3; d=4"]
+        );
+        let mut none = HeaderMap::new();
+        join_cookies(&mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_switch_must_be_to_a_protocol_the_client_asked_for() {
+        let resp = |upgrade: &[&str]| {
+            let mut h = HeaderMap::new();
+            for u in upgrade {
+                h.append("upgrade", u.parse().unwrap());
+            }
+            h
+        };
+        let ws = HeaderValue::from_static("websocket");
+        let two = HeaderValue::from_static("h2c, WebSocket");
+        assert!(switch_allowed(Some(&ws), &resp(&["websocket"])).is_ok());
+        assert!(switch_allowed(Some(&ws), &resp(&["WebSocket"])).is_ok());
+        assert!(switch_allowed(Some(&two), &resp(&["websocket"])).is_ok());
+        for (asked, got) in [
+            (None, &["websocket"][..]),
+            (Some(&ws), &[][..]),
+            (Some(&ws), &[""][..]),
+            (Some(&ws), &["h2c"][..]),
+            (Some(&ws), &["websocket, h2c"][..]),
+            (Some(&ws), &["websocket", "irc"][..]),
+            (Some(&ws), &["websocket/2"][..]),
+        ] {
+            assert!(
+                switch_allowed(asked, &resp(got)).is_err(),
+                "{asked:?} -> {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn transfer_codings_other_than_chunked() {
+        let h = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("transfer-encoding", v.parse().unwrap());
+            }
+            h
+        };
+        assert_eq!(transfer_codings(&h(&[])), Ok(None));
+        assert_eq!(transfer_codings(&h(&["chunked"])), Ok(None));
+        assert_eq!(transfer_codings(&h(&["Chunked"])), Ok(None));
+        for (te, others) in [
+            (&["gzip, chunked"][..], "gzip"),
+            (&["gzip", "chunked"][..], "gzip"),
+            (&["gzip"][..], "gzip"),
+            (&["gzip,  deflate ,chunked"][..], "gzip, deflate"),
+        ] {
+            assert_eq!(
+                transfer_codings(&h(te)),
+                Ok(Some(HeaderValue::from_static(others))),
+                "{te:?}"
+            );
+        }
+        for bad in [
+            &["chunked, gzip"][..],
+            &["chunked", "chunked"][..],
+            &["chunked, chunked"][..],
+        ] {
+            assert!(transfer_codings(&h(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn h2c_is_never_offered_to_a_gear() {
+        let h = |pairs: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let up = |v: &str| h(&[("connection", "upgrade"), ("upgrade", v)]);
+        assert_eq!(upgrade_offer(&up("h2c")), None);
+        assert_eq!(upgrade_offer(&up("H2C")), None);
+        assert_eq!(upgrade_offer(&up("websocket")).unwrap(), "websocket");
+        assert_eq!(upgrade_offer(&up("h2c, websocket")).unwrap(), "websocket");
+        assert_eq!(
+            upgrade_offer(&h(&[
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("upgrade", "foo/2")
+            ]))
+            .unwrap(),
+            "websocket, foo/2"
+        );
+        assert_eq!(
+            upgrade_offer(&h(&[("upgrade", "websocket")])),
+            None,
+            "no Connection: upgrade"
+        );
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("connection", "Upgrade, HTTP2-Settings")
+            .header("upgrade", "h2c")
+            .header("http2-settings", "AAMAAABk"));
+        prepare_request(&mut p, &client(), true, ForwardedHeaders::NONE);
+        for gone in ["connection", "upgrade", "http2-settings"] {
+            assert!(!p.headers.contains_key(gone), "{gone}");
+        }
     }
 
     #[test]

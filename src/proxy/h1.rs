@@ -85,15 +85,23 @@ pub fn encode_request_head(parts: &http::request::Parts, framing: ReqFraming, ou
 /// `Content-Length` header is made to agree with it, so that the head never announces a
 /// length the body does not have.
 pub fn request_framing(headers: &mut HeaderMap, empty: bool, exact: Option<u64>) -> ReqFraming {
-    let declared = content_length(headers).ok().flatten();
+    // `Content-Length: 3, 3` (or the header twice) is one length written several times:
+    // the gear gets it once (RFC 9110 §8.6).
+    let (declared, pieces) = content_length_pieces(headers).unwrap_or((None, 0));
+    let once = pieces == 1;
     match (empty, exact) {
-        (true, _) if declared == Some(0) => ReqFraming::Length(0),
+        (true, _) if declared == Some(0) => {
+            if !once {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            }
+            ReqFraming::Length(0)
+        }
         (true, _) => {
             headers.remove(header::CONTENT_LENGTH);
             ReqFraming::Empty
         }
         (false, Some(n)) => {
-            if declared != Some(n) {
+            if declared != Some(n) || !once {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
             }
             ReqFraming::Length(n)
@@ -119,6 +127,96 @@ pub fn encode_chunk(data: &[u8], out: &mut BytesMut) {
 
 /// The end of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// The end of a chunked body carrying trailer fields (RFC 9112 §7.1.2), those a
+/// recipient may take as trailers (see [`trailer_allowed`]).
+pub fn last_chunk(trailers: &HeaderMap) -> Bytes {
+    let mut out = BytesMut::with_capacity(64);
+    out.put_slice(b"0\r\n");
+    for (k, v) in trailers {
+        if trailer_allowed(k) {
+            out.put_slice(k.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(v.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+/// Whether a field may travel as a trailer: not one that frames, routes or controls the
+/// message, which must be known before the body (RFC 9110 §6.5.1), nor a hop-by-hop one,
+/// nor one of the forwarding fields the balancer sets (a server merging trailers into
+/// the head would take a client's for the balancer's).
+pub fn trailer_allowed(name: &HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "content-length"
+            | "transfer-encoding"
+            | "trailer"
+            | "te"
+            | "host"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "upgrade"
+            | "content-type"
+            | "content-encoding"
+            | "content-range"
+            | "cache-control"
+            | "expect"
+            | "max-forwards"
+            | "authorization"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+            | "www-authenticate"
+            | "set-cookie"
+            | "cookie"
+            | "age"
+            | "expires"
+            | "date"
+            | "location"
+            | "retry-after"
+            | "vary"
+            | "warning"
+            // What the balancer vouches for in the head: a trailer must not restate it.
+            | "x-forwarded-for"
+            | "x-forwarded-proto"
+            | "x-forwarded-host"
+            | "x-forwarded-port"
+            | "forwarded"
+    )
+}
+
+/// Trailer fields as a recipient may take them ([`trailer_allowed`]); `None` if none is.
+pub fn allowed_trailers(mut t: HeaderMap) -> Option<HeaderMap> {
+    if t.keys().any(|k| !trailer_allowed(k)) {
+        let names: Vec<HeaderName> = t.keys().filter(|k| !trailer_allowed(k)).cloned().collect();
+        for n in names {
+            t.remove(n);
+        }
+    }
+    (!t.is_empty()).then_some(t)
+}
+
+/// An interim (`1xx`) response head as it goes to an HTTP/1.1 client: the status line
+/// and its fields, hop-by-hop ones removed by the caller.
+pub fn encode_interim(status: StatusCode, headers: &HeaderMap, out: &mut BytesMut) {
+    out.reserve(64);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.put_slice(b"\r\n");
+    for (k, v) in headers {
+        out.put_slice(k.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(v.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+}
 
 /// How a response body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +284,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     }
 
     let mut keep_alive = version == Version::HTTP_11;
+    // An HTTP/1.0 message with Transfer-Encoding: its framing is faulty, and the
+    // connection closes after it (RFC 9112 §6.1).
+    let te_in_10 = version == Version::HTTP_10 && headers.contains_key(header::TRANSFER_ENCODING);
     for v in headers.get_all(header::CONNECTION) {
         for t in tokens(v.as_bytes()) {
             if t.eq_ignore_ascii_case(b"close") {
@@ -194,6 +295,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
                 keep_alive = true;
             }
         }
+    }
+    if te_in_10 {
+        keep_alive = false;
     }
     let body = if *method == Method::HEAD
         || status.is_informational()
@@ -214,7 +318,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             BodyLen::Close
         }
     } else {
-        match content_length(&headers)? {
+        let (length, pieces) = content_length_pieces(&headers)?;
+        if let (Some(n), 2..) = (length, pieces) {
+            // One length written several times (`3, 3`): the client gets it once.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        match length {
             Some(0) => BodyLen::Empty,
             Some(n) => BodyLen::Length(n),
             None => {
@@ -223,6 +332,13 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             }
         }
     };
+    // A bodiless response still says what length the body would have had (`HEAD`, 304):
+    // written once too.
+    if matches!(body, BodyLen::Empty) && headers.contains_key(header::CONTENT_LENGTH) {
+        if let Ok((Some(n), 2..)) = content_length_pieces(&headers) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
@@ -247,12 +363,14 @@ fn last_coding_is_chunked(h: &HeaderMap) -> bool {
         .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
 }
 
-/// The message's `Content-Length`: every value (and list element) must be the same
-/// number.
-fn content_length(h: &HeaderMap) -> Result<Option<u64>, ParseError> {
+/// The message's `Content-Length` (every value and list element must be the same
+/// number), and in how many pieces (values and list elements) it was written.
+fn content_length_pieces(h: &HeaderMap) -> Result<(Option<u64>, usize), ParseError> {
     let mut found = None;
+    let mut pieces = 0;
     for v in h.get_all(header::CONTENT_LENGTH) {
         for part in tokens(v.as_bytes()) {
+            pieces += 1;
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(ParseError::Length);
             }
@@ -266,11 +384,11 @@ fn content_length(h: &HeaderMap) -> Result<Option<u64>, ParseError> {
             }
         }
     }
-    Ok(found)
+    Ok((found, pieces))
 }
 
-/// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions and
-/// trailer fields are read and dropped.
+/// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions are
+/// read and dropped; trailer fields are kept ([`Chunked::take_trailers`]).
 #[derive(Debug, Default)]
 pub struct Chunked {
     state: ChunkState,
@@ -278,6 +396,8 @@ pub struct Chunked {
     left: u64,
     /// Trailer bytes seen so far.
     trailers: usize,
+    /// The trailer section as read (field lines, each with its CRLF).
+    trailer_lines: Option<BytesMut>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -303,6 +423,30 @@ pub enum Step {
 impl Chunked {
     pub fn is_done(&self) -> bool {
         self.state == ChunkState::Done
+    }
+
+    /// The trailer fields read after the last chunk, those a recipient may take (see
+    /// [`allowed_trailers`]); malformed ones are dropped whole, never half-read.
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        let mut lines = self.trailer_lines.take()?;
+        lines.put_slice(b"\r\n");
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let Ok(httparse::Status::Complete((_, fields))) =
+            httparse::parse_headers(&lines, &mut slots)
+        else {
+            return None;
+        };
+        let mut map = HeaderMap::with_capacity(fields.len());
+        for f in fields {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(f.name.as_bytes()),
+                HeaderValue::from_bytes(f.value),
+            ) else {
+                return None;
+            };
+            map.append(name, value);
+        }
+        allowed_trailers(map)
     }
 
     /// Take what `buf` holds of the body: the next data, or its end.
@@ -354,6 +498,9 @@ impl Chunked {
                         self.state = ChunkState::Done;
                         return Ok(Step::End);
                     }
+                    let lines = self.trailer_lines.get_or_insert_with(BytesMut::new);
+                    lines.put_slice(&line);
+                    lines.put_slice(b"\r\n");
                 }
                 ChunkState::Done => return Ok(Step::End),
             }
@@ -574,11 +721,69 @@ mod tests {
                 BodyLen::Empty,
                 true,
             ),
+            // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding closes its
+            // connection, whatever it says about keep-alive.
+            (
+                "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n",
+                Method::GET,
+                BodyLen::Chunked,
+                false,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\nconnection: keep-alive\r\n\r\n",
+                Method::GET,
+                BodyLen::Chunked,
+                false,
+            ),
         ];
         for (raw, m, body, keep) in cases {
             let h = parse(raw, m.clone()).unwrap().unwrap();
             assert_eq!((h.body, h.keep_alive), (*body, *keep), "{raw:?}");
         }
+    }
+
+    /// RFC 9110 §8.6: a length written as a list of the same number is one length; the
+    /// client gets it once, as it would from a gear that wrote it so.
+    #[test]
+    fn a_length_written_several_times_is_passed_on_once() {
+        for raw in [
+            "HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 3,3\r\ncontent-length: 3\r\n\r\n",
+        ] {
+            let h = parse(raw, Method::GET).unwrap().unwrap();
+            assert_eq!(h.body, BodyLen::Length(3));
+            let cl: Vec<_> = h.parts.headers.get_all("content-length").iter().collect();
+            assert_eq!(cl, ["3"], "{raw:?}");
+        }
+        let h = parse(
+            "HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n",
+            Method::HEAD,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.parts.headers["content-length"], "7");
+        let mut req = HeaderMap::new();
+        req.append("content-length", "5, 5".parse().unwrap());
+        assert_eq!(
+            request_framing(&mut req, false, Some(5)),
+            ReqFraming::Length(5)
+        );
+        assert_eq!(
+            req.get_all("content-length").iter().collect::<Vec<_>>(),
+            ["5"]
+        );
+        let mut req = HeaderMap::new();
+        req.append("content-length", "0".parse().unwrap());
+        req.append("content-length", "0".parse().unwrap());
+        assert_eq!(
+            request_framing(&mut req, true, Some(0)),
+            ReqFraming::Length(0)
+        );
+        assert_eq!(
+            req.get_all("content-length").iter().collect::<Vec<_>>(),
+            ["0"]
+        );
     }
 
     #[test]

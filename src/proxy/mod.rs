@@ -17,17 +17,18 @@
 //! connection to the same backend. Failures on real traffic are counted per backend and
 //! eject it after `health.fall` in a row (see `health`).
 //!
-//! Timeouts: `request_header` (the request head must arrive within it; this also bounds
-//! how long an idle keep-alive connection waits for its next request) and `client` (no
-//! byte moved while the balancer waits on the client), both kept per connection by
-//! `client`; `connect`; `server` (time to the backend's response head, answered with
-//! 504); `tunnel` (idle upgraded connection).
+//! Timeouts, as HAProxy's (README, "Timeouts"): `request_header` (the request head
+//! must arrive within it; this also bounds how long a connection with no request in
+//! flight waits for one); `client` and `server`, inactivity while the exchange waits on
+//! the client or on the backend ([`wait`]: HTTP/1 connections keep both with their one
+//! watchdog, HTTP/2 streams have a timer each); `connect`; `tunnel` (idle upgraded
+//! connection). What the exchange does with what a backend sends is the decision table
+//! in [`upstream`].
 //!
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
-//! logged or formatted unless a log line is wanted, no timer is set per request except
-//! the backend's `server` timeout, and header values are shared rather than copied
-//! (see [`forward`]). A loop turn reads every ready socket before it writes to any
-//! (see [`phase`]).
+//! logged or formatted unless a log line is wanted, no timer is set per HTTP/1 request,
+//! and header values are shared rather than copied (see [`forward`]). A loop turn reads
+//! every ready socket before it writes to any (see [`phase`]).
 
 pub mod body;
 mod client;
@@ -37,6 +38,7 @@ pub mod io;
 pub mod phase;
 pub mod tunnel;
 pub mod upstream;
+pub mod wait;
 
 use std::future::Future as _;
 use std::sync::atomic::Ordering;
@@ -64,7 +66,8 @@ pub use body::ProxyBody;
 use client::ConnState;
 use h1::ReqFraming;
 use io::Clock;
-use upstream::{Check, Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
+use upstream::{Answer, Check, Conn, Outgoing, ReqBody, SendError, SendFailure, UpBody};
+use wait::{Phase, Wait};
 
 /// Settings the proxy reads per connection or request; swapped on reload.
 #[derive(Clone, Debug)]
@@ -78,6 +81,10 @@ pub struct Settings {
     /// Requests in a row a client connection may send to the backend of its previous
     /// request (see [`crate::routing::affinity`]); 0 = every request chosen afresh.
     pub connection_affinity: u32,
+    /// Streams an HTTP/2 client connection may have open at once.
+    pub h2_max_concurrent_streams: u32,
+    /// How long a backend host name's addresses are used (`proxy.dns_ttl`).
+    pub dns_ttl: Duration,
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
@@ -117,6 +124,8 @@ impl Settings {
             max_header_size: c.limits.max_header_size,
             retries: c.proxy.retries,
             connection_affinity: c.proxy.connection_affinity,
+            h2_max_concurrent_streams: c.proxy.h2_max_concurrent_streams,
+            dns_ttl: c.proxy.dns_ttl,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
             log_requests: c.log.requests || c.log.requests_forced,
@@ -347,22 +356,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Marks the connection as waiting on a backend until dropped.
-struct WaitingUpstream<'a>(&'a ConnState);
-
-impl<'a> WaitingUpstream<'a> {
-    fn new(s: &'a ConnState) -> Self {
-        s.upstream_wait_started();
-        WaitingUpstream(s)
-    }
-}
-
-impl Drop for WaitingUpstream<'_> {
-    fn drop(&mut self) {
-        self.0.waiting_upstream.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Why a request could not be forwarded; mapped to a status in one place.
 #[derive(Debug, thiserror::Error)]
 enum ForwardError {
@@ -373,8 +366,12 @@ enum ForwardError {
     /// Sent (at least partly) and failed before a response head.
     #[error("backend failed before answering: {0}")]
     Upstream(SendError),
-    #[error("no response head within {0:?}")]
+    #[error("no progress from the backend within {0:?}")]
     Timeout(Duration),
+    /// An HTTP/2 stream's request body stalled for `timeouts.client` (an HTTP/1
+    /// connection that stalls is closed by its watchdog instead).
+    #[error("no request body progress within {0:?}")]
+    ClientTimeout(Duration),
     /// The client's request body failed (malformed chunked framing, or the client went
     /// away mid-upload): the client's fault, never counted against the backend.
     #[error("{0}")]
@@ -382,14 +379,23 @@ enum ForwardError {
     /// Refused before forwarding (see `forward::request_problem`).
     #[error("request refused: {1}")]
     Refused(StatusCode, &'static str),
+    /// The backend answered with something that cannot go to this client as it is (a
+    /// `101` to a protocol nobody asked for, a transfer coding the client's protocol
+    /// cannot carry): 502, the backend connection closed. Not the backend's failure for
+    /// ejection: a client could provoke it.
+    #[error("unusable response: {0}")]
+    BadResponse(&'static str),
 }
 
 impl ForwardError {
     fn status(&self) -> StatusCode {
         match self {
             ForwardError::NoBackend => StatusCode::SERVICE_UNAVAILABLE,
-            ForwardError::Connect(_) | ForwardError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             ForwardError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ForwardError::ClientTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ForwardError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ForwardError::Refused(status, _) => *status,
         }
@@ -400,17 +406,23 @@ impl ForwardError {
             ForwardError::NoBackend => {
                 "503 Service Unavailable: no web gear is available to serve this request.\n"
             }
-            ForwardError::Connect(_) | ForwardError::Upstream(_) => {
+            ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
                 "502 Bad Gateway: the web gear did not answer properly.\n"
             }
             ForwardError::Timeout(_) => {
                 "504 Gateway Timeout: the web gear did not answer in time.\n"
+            }
+            ForwardError::ClientTimeout(_) => {
+                "408 Request Timeout: the request body did not arrive in time.\n"
             }
             ForwardError::ClientBody(_) => {
                 "400 Bad Request: the request body was malformed or incomplete.\n"
             }
             ForwardError::Refused(StatusCode::METHOD_NOT_ALLOWED, _) => {
                 "405 Method Not Allowed: CONNECT is not supported.\n"
+            }
+            ForwardError::Refused(StatusCode::NOT_IMPLEMENTED, _) => {
+                "501 Not Implemented: transfer codings other than chunked are not supported.\n"
             }
             ForwardError::Refused(..) => "400 Bad Request: ambiguous request.\n",
         }
@@ -424,7 +436,11 @@ struct LogLine {
     path: String,
 }
 
-async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handle(
+    frontend: FrontendRequest,
+    req: Request<Incoming>,
+    wait: Arc<Wait>,
+) -> Response<ProxyBody> {
     let conn = &frontend.0;
     let ctx = &conn.ctx;
     let settings = ctx.settings.load_full();
@@ -435,7 +451,7 @@ async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<P
             method: req.method().clone(),
             path: req.uri().path().to_string(),
         });
-    let (resp, backend) = match forward(conn, &settings, req).await {
+    let (resp, backend) = match forward(conn, &settings, req, &wait).await {
         Ok((resp, backend)) => (resp, backend),
         Err((e, backend)) => {
             if let ForwardError::NoBackend = e {
@@ -446,6 +462,8 @@ async fn handle(frontend: FrontendRequest, req: Request<Incoming>) -> Response<P
             (error_response(&e), backend)
         }
     };
+    // The response body says what it waits on once it is polled.
+    wait.idle();
     let status = resp.status().as_u16();
     ctx.stats.response(status);
     if let Some(LogLine {
@@ -515,25 +533,32 @@ async fn forward(
     conn: &Arc<ConnState>,
     settings: &Settings,
     mut req: Request<Incoming>,
+    wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
-    let upgrade = forward::is_upgrade(req.headers());
-    if upgrade {
+    if forward::is_upgrade(req.headers()) {
         if let Some(ep) = &ctx.endpoint {
             if forward::upgrade_names(req.headers(), ep.protocol()) {
                 return Ok((endpoint_upgrade(ep, conn, req), None));
             }
         }
     }
+    // An upgrade only to protocols a gear may be offered (never h2c).
+    let upgrade = forward::upgrade_offer(req.headers()).is_some();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     if let Some((status, why)) = forward::request_problem(&parts) {
         return Err((ForwardError::Refused(status, why), None));
     }
 
-    // Sticky cookie: taken out of the request whatever it says.
+    // Sticky cookie: taken out of the request whatever it says, from every `Cookie`
+    // field (HTTP/2 clients split them).
     let sticky = settings.sticky.as_ref();
     let cookie = sticky.and_then(|s| s.take(&mut parts.headers));
+    let client_version = parts.version;
+    if client_version == http::Version::HTTP_2 {
+        forward::join_cookies(&mut parts.headers);
+    }
     let secure = conn.client.scheme == "https"
         || (settings.trust_forwarded
             && parts
@@ -546,6 +571,10 @@ async fn forward(
         settings.trust_forwarded,
         settings.forwarded_headers,
     );
+    // What a `101` may switch to: the protocols the backend was asked for.
+    let asked_upgrade = client_upgrade
+        .as_ref()
+        .and_then(|_| parts.headers.get(header::UPGRADE).cloned());
 
     // Wall-clock time only matters to sealed cookies.
     let sealed = sticky.is_some_and(Sticky::is_sealed);
@@ -579,13 +608,18 @@ async fn forward(
     } else {
         Check::Kernel
     };
-    let pending = (!empty).then(|| upstream::Pending::new(&conn.uploads));
     let mut req = Outgoing {
         head,
         method: parts.method,
         framing,
-        body: ReqBody::Incoming(body, pending),
+        body: ReqBody::Incoming(body),
     };
+    // Interim responses (103 Early Hints, …) go on to HTTP/1.1 clients (RFC 9110
+    // §15.2). Not to HTTP/1.0 ones, which must not get them, nor HTTP/2 ones: hyper's
+    // HTTP/2 server has no way to send them.
+    let push = |h: &h1::Head| conn.push_interim(h);
+    let interim: upstream::Interim<'_> =
+        (client_version == http::Version::HTTP_11).then_some(&push);
     let mut tried: Vec<Arc<Backend>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
     let mut last: Option<Arc<Backend>> = None;
@@ -604,22 +638,48 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(conn, settings, &backend, req, check, replay.as_ref()).await {
-            Ok((head, up)) => {
+        match send_once(
+            settings,
+            &backend,
+            req,
+            check,
+            replay.as_ref(),
+            wait,
+            interim,
+        )
+        .await
+        {
+            Ok((Answer { head, upload }, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
+                let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        drop(up);
+                        backend
+                            .stats
+                            .response_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err((ForwardError::BadResponse(why), last));
+                    }
+                };
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
                 let resp = respond(
                     conn,
                     settings,
                     head,
-                    up,
+                    Exchanged {
+                        conn: up,
+                        upload,
+                        wait: wait.clone(),
+                    },
                     flight,
                     insert_cookie,
                     secure,
                     now,
                     client_upgrade,
+                    codings,
                 );
                 return Ok((resp, last));
             }
@@ -661,14 +721,16 @@ async fn forward(
 /// the same backend, and the backend is not blamed (as nginx does for its cached
 /// connections). Without this, with one gear or `proxy.retries = 0`, a GET would get a
 /// 502 for a race of the connection's, not a fault of the gear's.
+#[allow(clippy::too_many_arguments)]
 async fn send_once(
-    conn: &ConnState,
     settings: &Settings,
     backend: &Arc<Backend>,
     mut req: Outgoing,
     check: Check,
     replay: Option<&Replay>,
-) -> Result<(h1::Head, Conn), Failed> {
+    wait: &Wait,
+    interim: upstream::Interim<'_>,
+) -> Result<(Answer, Conn), Failed> {
     let t = &settings.timeouts;
     // Sent again already after a pooled connection closed under it: new connections only.
     let mut resent = false;
@@ -680,7 +742,7 @@ async fn send_once(
         };
         let (mut up, fresh) = match pooled {
             Some(c) => (c, false),
-            None => match backend.pool.connect(&backend.spec.addr, t.connect).await {
+            None => match connect(backend, settings).await {
                 Ok(c) => {
                     backend
                         .stats
@@ -694,31 +756,34 @@ async fn send_once(
                 }
             },
         };
-        let waiting = WaitingUpstream::new(conn);
-        let exchange = upstream::send(&mut up, req);
-        let sent = if conn.watches_upstream() {
-            // HTTP/1: the connection's watchdog keeps the timeout (no timer per request).
-            // This request is polled in the connection's task, which polls it again right
-            // after its watchdog marked the wait as expired.
+        let sent = {
+            let exchange = upstream::send(&mut up, req, wait, interim);
+            // Its timekeeper (the connection's watchdog for HTTP/1, the stream's timer
+            // for HTTP/2) marks a wait that ran out and has it polled again at once.
             let mut exchange = std::pin::pin!(exchange);
             std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
                 Poll::Ready(r) => Poll::Ready(Ok(r)),
-                Poll::Pending if conn.upstream_expired() => Poll::Ready(Err(())),
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => match wait.expired() {
+                    Some(p) => Poll::Ready(Err(p)),
+                    None => Poll::Pending,
+                },
             })
             .await
-        } else {
-            tokio::time::timeout(t.server, exchange)
-                .await
-                .map_err(|_| ())
         };
-        drop(waiting);
         match sent {
-            Err(_) => {
+            Err(phase) => {
+                // Answered here: the mark is cleared.
+                wait.reset();
+                if phase == Phase::Client {
+                    return Err(Failed::Sent(ForwardError::ClientTimeout(t.client)));
+                }
                 backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
                 return Err(Failed::Sent(ForwardError::Timeout(t.server)));
             }
-            Ok(Ok(head)) => return Ok((head, up)),
+            Ok(Ok(answer)) => {
+                wait.idle();
+                return Ok((answer, up));
+            }
             // A pooled connection the backend had closed: the request never left.
             Ok(Err(SendFailure::NotSent(back, _))) if !fresh => req = *back,
             Ok(Err(SendFailure::NotSent(back, e))) => {
@@ -754,6 +819,53 @@ async fn send_once(
     }
 }
 
+/// A new connection to `backend` (its name resolved through its pool's cache).
+async fn connect(backend: &Backend, settings: &Settings) -> Result<Conn, upstream::ConnectError> {
+    backend.pool.resolver().set_ttl(settings.dns_ttl);
+    backend
+        .pool
+        .connect(&backend.spec.addr, settings.timeouts.connect)
+        .await
+}
+
+/// Whether a backend's response head can go to the client as it is; `Ok` carries the
+/// transfer codings other than `chunked` it applied to its body, which an HTTP/1.1
+/// client gets as they are (hyper adds the chunked framing: RFC 9112 §6.1).
+///
+/// - A `101` must answer an upgrade request, switching to a protocol it listed (see
+///   [`forward::switch_allowed`]).
+/// - A body with other transfer codings cannot go to an HTTP/1.0 client (RFC 9112 §6.1:
+///   no Transfer-Encoding to it) nor an HTTP/2 one (RFC 9113 §8.2.2: no
+///   Transfer-Encoding at all) without being decoded, which the balancer does not do;
+///   nor can one where `chunked` is not applied exactly once, last.
+fn usable(
+    head: &h1::Head,
+    asked_upgrade: Option<&HeaderValue>,
+    client: http::Version,
+) -> Result<Option<HeaderValue>, &'static str> {
+    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        forward::switch_allowed(asked_upgrade, &head.parts.headers)?;
+        return Ok(None);
+    }
+    if head.body == h1::BodyLen::Empty {
+        return Ok(None);
+    }
+    match forward::transfer_codings(&head.parts.headers)? {
+        Some(_) if client != http::Version::HTTP_11 => {
+            Err("transfer coding the client's protocol cannot carry")
+        }
+        codings => Ok(codings),
+    }
+}
+
+/// What an exchange leaves for the response body: the backend connection, the rest of
+/// an upload the backend answered early, and the exchange's wait.
+struct Exchanged {
+    conn: Conn,
+    upload: Option<Box<upstream::Upload>>,
+    wait: Arc<Wait>,
+}
+
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
 /// inserted when the client had none for this backend, upgrades wired into a tunnel.
 ///
@@ -765,25 +877,26 @@ fn respond(
     conn: &Arc<ConnState>,
     settings: &Settings,
     head: h1::Head,
-    up: Conn,
+    up: Exchanged,
     flight: InFlight,
     insert_cookie: Option<&Sticky>,
     secure: bool,
     now: u64,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    codings: Option<HeaderValue>,
 ) -> Response<ProxyBody> {
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
     let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    let mut body = UpBody::new(up, &head);
+    let mut body = UpBody::new(up.conn, &head, up.upload, Some(up.wait));
     let mut flight = Some(flight);
     if switching {
         // The backend connection now belongs to the tunnel, not the pool.
-        let up = body.take_conn();
+        let up = body.take_conn().and_then(Conn::into_upgraded);
         if let (Some(client), Some(up), Some(flight)) = (client_upgrade, up, flight.take()) {
             tokio::spawn(tunnel::run(
                 client,
-                up.into_upgraded(),
+                up,
                 flight,
                 conn.clone(),
                 settings.timeouts.tunnel,
@@ -794,6 +907,9 @@ fn respond(
     }
     let mut parts = head.parts;
     forward::prepare_response(&mut parts, switching);
+    if let Some(codings) = codings {
+        parts.headers.insert(header::TRANSFER_ENCODING, codings);
+    }
     if let Some(sticky) = settings.sticky.as_ref() {
         sticky.strip_set_cookie(&mut parts.headers);
     }
@@ -863,7 +979,10 @@ fn error_response(e: &ForwardError) -> Response<ProxyBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if matches!(e, ForwardError::Refused(..) | ForwardError::ClientBody(_)) {
+    if matches!(
+        e,
+        ForwardError::Refused(..) | ForwardError::ClientBody(_) | ForwardError::ClientTimeout(_)
+    ) {
         // What follows on this connection cannot be trusted to be framed as we think.
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }

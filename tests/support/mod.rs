@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+mod scripted;
+#[allow(unused_imports)]
+pub use scripted::{Reply, Scripted, Seen as SeenRequest, Then, When};
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
