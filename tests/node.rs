@@ -123,8 +123,14 @@ fn free_port(ip: &str) -> u16 {
         .port()
 }
 
-/// The installable cartridge: `$GEARLB_CARTRIDGE`, or assembled from this build.
+/// The installable cartridge: `$GEARLB_CARTRIDGE`, or assembled from this build (once
+/// per test process: the tests run in parallel and share it read-only).
 fn cartridge_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(assemble_cartridge).clone()
+}
+
+fn assemble_cartridge() -> PathBuf {
     if let Ok(dir) = std::env::var("GEARLB_CARTRIDGE") {
         let dir = PathBuf::from(dir);
         assert!(
