@@ -18,8 +18,8 @@ use tracing::{error, info, warn};
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
 use crate::control::{self, Request};
 use crate::memory;
+use crate::report::StatusReport;
 use crate::server::Server;
-use crate::stats::StatusReport;
 
 /// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).
 pub const EXIT_UNAVAILABLE: i32 = 69;

@@ -17,8 +17,9 @@
 //! - [`scaler`]: the one scaler of the application: election, policy, broker client.
 //! - [`control`]: the unix-socket control API used by `gearlb ctl`.
 //! - [`state`]: the persisted backend set, written atomically.
-//! - [`stats`]: counters and the status report ([`stats::latency`] response times,
-//!   [`stats::sampler`] rates); [`status`]: the status listener (HTML page, HAProxy
+//! - [`stats`]: the request path's counters ([`stats::latency`] response times,
+//!   [`stats::rate`] rates); [`report`]: the status report assembled from them (and
+//!   [`report::sampler`], the once-a-second rate task); [`status`]: the status listener (HTML page, HAProxy
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
 //! - [`server`]: assembly, control-plane operations, start-up and stop.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
@@ -46,6 +47,7 @@ pub mod health;
 pub mod memory;
 pub mod metrics;
 pub mod proxy;
+pub mod report;
 pub mod rotation;
 pub mod routing;
 pub mod scaler;
@@ -54,4 +56,5 @@ pub mod sim;
 pub mod state;
 pub mod stats;
 pub mod status;
+pub mod time;
 pub mod tls;

@@ -30,6 +30,7 @@ use crate::control::{self, Reply, Request};
 use crate::gear::{self, BadEntry};
 use crate::health::{self, HealthSettings, HttpChecker};
 use crate::proxy::{self, ProxyCtx, Settings};
+use crate::report::{self, FrontendReport, HealthReport, ListenReport, StatusReport};
 use crate::rotation::{self, AckState, Op, Rotations};
 use crate::routing::{Backend, BackendSpec, Change, Router};
 use crate::scaler::{
@@ -39,7 +40,7 @@ use crate::scaler::{
     Scaler, ScalerSettings,
 };
 use crate::state::{PersistedState, StateStore, FORMAT};
-use crate::stats::{self, FrontendReport, FrontendStats, HealthReport, ListenReport, StatusReport};
+use crate::stats::{self, FrontendStats};
 use crate::status::StatusSource;
 
 /// Exit code of `update-cluster` when some entries were invalid (as the old cartridge).
@@ -431,7 +432,7 @@ impl Server {
                 stop.clone(),
             ))
         });
-        let sampler = tokio::spawn(stats::sampler::run(
+        let sampler = tokio::spawn(report::sampler::run(
             app.router.clone(),
             app.frontend.clone(),
             stop.clone(),
@@ -582,7 +583,7 @@ impl App {
             gear_uuid: self.gear_uuid.clone(),
             listen: self.listen.clone(),
             frontend: FrontendReport::read(&self.frontend),
-            backends: stats::backend_reports(&self.router.snapshot()),
+            backends: report::backend_reports(&self.router.snapshot()),
             gear_dns: self.gear_dns.clone(),
             health: Some(HealthReport::from_settings(&self.health.load())),
             peers: self.peer_reports(),
@@ -593,11 +594,11 @@ impl App {
         }
     }
 
-    fn peer_reports(&self) -> Vec<stats::PeerReport> {
+    fn peer_reports(&self) -> Vec<report::PeerReport> {
         self.cluster_view()
             .peers
             .iter()
-            .map(|p| stats::PeerReport {
+            .map(|p| report::PeerReport {
                 name: p
                     .name
                     .clone()
@@ -619,7 +620,7 @@ impl App {
     }
 
     /// Rotate-outs in force, and rotate-ins of the last five minutes.
-    fn rotation_reports(&self) -> Vec<stats::RotationReport> {
+    fn rotation_reports(&self) -> Vec<report::RotationReport> {
         let view = self.cluster_view();
         let own = self.rotations.acks();
         let now_us = rotation::unix_ms() * 1000;
@@ -653,7 +654,7 @@ impl App {
                     (Op::In, true) => "active",
                     (Op::In, false) => "waiting for peers",
                 };
-                stats::RotationReport {
+                report::RotationReport {
                     backend: format!("gear-{}", o.gear),
                     action: match o.op {
                         Op::Out => "out".into(),

@@ -39,7 +39,8 @@ use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use crate::proxy::io::Counted;
-use crate::stats::{FrontendStats, StatusReport};
+use crate::report::StatusReport;
+use crate::stats::FrontendStats;
 
 /// The status listener's own counters (`status_listener` in the report): the proxy's
 /// frontend counters, without a connection limit.

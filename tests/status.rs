@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gearlb::routing::{BackendState, CheckReport};
-use gearlb::stats::{
+use gearlb::report::{
     BackendReport, ByClass, FrontendReport, HealthReport, ListenReport, PeerReport,
     ResponseTimeReport, RotationReport, StatusReport,
 };
+use gearlb::routing::{BackendState, CheckReport};
 use support::*;
 
 /// A strict reader of HAProxy's stats CSV, written from the HAProxy Management Guide,

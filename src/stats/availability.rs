@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::unix_now;
+use crate::time::unix_secs as unix_now;
 
 /// Availability of the backend set and its transitions.
 #[derive(Debug)]

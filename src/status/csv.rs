@@ -14,8 +14,8 @@
 
 use std::fmt::Display;
 
+use crate::report::{BackendReport, FrontendReport, StatusReport};
 use crate::routing::{BackendState, CheckReport};
-use crate::stats::{BackendReport, FrontendReport, StatusReport};
 
 /// Column names in HAProxy's order.
 pub const COLUMNS: [&str; 77] = [
@@ -244,7 +244,7 @@ pub fn check_status(c: &CheckReport) -> (&'static str, Option<u16>, &'static str
     }
 }
 
-fn fill_responses(row: &mut Row, r: &crate::stats::ByClass) {
+fn fill_responses(row: &mut Row, r: &crate::report::ByClass) {
     row.set("hrsp_1xx", r.c1);
     row.set("hrsp_2xx", r.c2);
     row.set("hrsp_3xx", r.c3);
@@ -355,7 +355,7 @@ fn backend_row(report: &StatusReport) -> Row {
     let rate = sum(|b| b.request_rate);
     row.set("rate", rate);
     row.set("rate_max", report.frontend.request_rate_max.max(rate));
-    let mut by_class = crate::stats::ByClass::default();
+    let mut by_class = crate::report::ByClass::default();
     for b in bs {
         by_class.c1 += b.responses.c1;
         by_class.c2 += b.responses.c2;

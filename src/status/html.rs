@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
+use crate::report::{BackendReport, ByClass, StatusReport};
 use crate::routing::BackendState;
-use crate::stats::{BackendReport, ByClass, StatusReport};
 
 /// Escape text for HTML element content and quoted attribute values.
 pub fn esc(s: &str) -> String {
@@ -472,7 +472,7 @@ fn backends(h: &mut String, r: &StatusReport) {
          <th class=\"num\">Errors</th><th>Responses</th><th>Last check</th>\
          <th>Response time, 5 min</th></tr></thead><tbody>\n",
     );
-    let now = crate::stats::unix_now();
+    let now = crate::time::unix_secs();
     for b in &r.backends {
         let (class, label) = state_badge(b.state);
         let _ = write!(

@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use super::csv::{self, Filter};
 use super::StatusSource;
-use crate::stats::StatusReport;
+use crate::report::StatusReport;
 
 /// Longest command line, in bytes (HAProxy's default `tune.bufsize`).
 pub const MAX_LINE: usize = 16 * 1024;
@@ -320,8 +320,8 @@ fn uptime(secs: u64) -> String {
 pub fn info(report: &StatusReport, threads: usize, stopping: bool) -> String {
     let f = &report.frontend;
     let s = report.status_listener.as_ref();
-    let status = |v: fn(&crate::stats::FrontendReport) -> u64| s.map(v).unwrap_or(0);
-    let start = crate::stats::unix_now().saturating_sub(report.uptime_secs);
+    let status = |v: fn(&crate::report::FrontendReport) -> u64| s.map(v).unwrap_or(0);
+    let start = crate::time::unix_secs().saturating_sub(report.uptime_secs);
     let nofile = rlimit::getrlimit(rlimit::Resource::NOFILE)
         .map(|(soft, _)| soft)
         .unwrap_or(0);
