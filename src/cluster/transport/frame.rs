@@ -1,0 +1,307 @@
+//! The gossip frame and its authentication: [`Auth`] (keys derived from the cluster
+//! secret; sealing and opening frames; the upgrade handshake proof), the transport's
+//! counters and the limits every carrier shares.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub(super) const MAGIC: &[u8; 4] = b"GLB1";
+pub(super) const TAG_LEN: usize = 32;
+pub(super) const CLUSTER_TAG_LEN: usize = 8;
+/// chitchat's largest message plus our header and tag.
+pub const MAX_FRAME: usize = 65_507 + 4 + CLUSTER_TAG_LEN + 1 + 64 + TAG_LEN;
+/// Frames queued per peer before new ones are dropped (gossip is best effort).
+pub(super) const PEER_QUEUE: usize = 64;
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Time a peer has to finish sending a frame it started.
+pub(super) const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Incoming gossip connections served at once.
+pub(super) const MAX_INBOUND: usize = 256;
+/// The HTTP `Upgrade` token of gossip on the proxy port.
+pub const UPGRADE_PROTOCOL: &str = "gearlb-gossip/1";
+/// Path of the gossip upgrade request (the `Upgrade` token is what selects it).
+pub const UPGRADE_PATH: &str = "/.gearlb/gossip";
+/// Header carrying the handshake's proof of the cluster secret.
+pub const AUTH_HEADER: &str = "gearlb-gossip-auth";
+/// How far a handshake's timestamp may be from this balancer's clock.
+pub(super) const HANDSHAKE_WINDOW_SECS: u64 = 15 * 60;
+/// Time a peer has to answer our upgrade request.
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest response head accepted for our upgrade request.
+pub(super) const MAX_HANDSHAKE_RESPONSE: usize = 4096;
+/// Time a new incoming connection has to deliver its first authentic frame (a peer
+/// sends one as soon as it connects). Until then it is "unproven": when every slot is
+/// taken, the oldest unproven connection is closed to make room, so connections that
+/// never authenticate cannot lock the balancer's peers out.
+pub(super) const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Counters of the gossip transport.
+#[derive(Debug, Default)]
+pub struct GossipStats {
+    pub frames_sent: AtomicU64,
+    pub frames_received: AtomicU64,
+    pub rejected_bad_tag: AtomicU64,
+    pub rejected_other_cluster: AtomicU64,
+    pub rejected_malformed: AtomicU64,
+    pub rejected_oversized: AtomicU64,
+    pub send_failures: AtomicU64,
+    /// Gossip upgrade requests refused (bad or missing handshake proof).
+    pub rejected_handshake: AtomicU64,
+}
+
+/// A snapshot of [`GossipStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipCounters {
+    pub frames_sent: u64,
+    pub frames_received: u64,
+    pub rejected_bad_tag: u64,
+    pub rejected_other_cluster: u64,
+    pub rejected_malformed: u64,
+    pub rejected_oversized: u64,
+    pub send_failures: u64,
+    #[serde(default)]
+    pub rejected_handshake: u64,
+}
+
+impl GossipStats {
+    pub fn read(&self) -> GossipCounters {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GossipCounters {
+            frames_sent: r(&self.frames_sent),
+            frames_received: r(&self.frames_received),
+            rejected_bad_tag: r(&self.rejected_bad_tag),
+            rejected_other_cluster: r(&self.rejected_other_cluster),
+            rejected_malformed: r(&self.rejected_malformed),
+            rejected_oversized: r(&self.rejected_oversized),
+            send_failures: r(&self.send_failures),
+            rejected_handshake: r(&self.rejected_handshake),
+        }
+    }
+}
+
+/// Why a frame was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("malformed frame")]
+    Malformed,
+    #[error("frame larger than {MAX_FRAME} bytes")]
+    Oversized,
+    #[error("frame from another cluster")]
+    OtherCluster,
+    #[error("frame authentication failed")]
+    BadTag,
+}
+
+/// Keys of one cluster: who may gossip with whom.
+#[derive(Clone)]
+pub struct Auth {
+    key: [u8; 32],
+    cluster_tag: [u8; CLUSTER_TAG_LEN],
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Auth(<redacted>)")
+    }
+}
+
+impl Auth {
+    pub fn new(cluster_id: &str, secret: &[u8]) -> Self {
+        let hk = hkdf::Hkdf::<Sha256>::new(Some(b"gearlb"), secret);
+        let mut key = [0u8; 32];
+        // 32 bytes is far below HKDF-SHA256's output limit: expand cannot fail.
+        hk.expand(b"gearlb gossip v1", &mut key)
+            .expect("32-byte HKDF output");
+        let digest = Sha256::digest(cluster_id.as_bytes());
+        let mut cluster_tag = [0u8; CLUSTER_TAG_LEN];
+        cluster_tag.copy_from_slice(&digest[..CLUSTER_TAG_LEN]);
+        Auth { key, cluster_tag }
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        // HMAC accepts keys of any length.
+        Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length")
+    }
+
+    /// Build a frame carrying `message` from `sender`.
+    pub fn seal(&self, sender: SocketAddr, message: &[u8]) -> Vec<u8> {
+        let addr = sender.to_string();
+        let mut out =
+            Vec::with_capacity(4 + CLUSTER_TAG_LEN + 1 + addr.len() + message.len() + TAG_LEN);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.cluster_tag);
+        out.push(addr.len() as u8); // a SocketAddr's text is at most 47 bytes
+        out.extend_from_slice(addr.as_bytes());
+        out.extend_from_slice(message);
+        let mut mac = self.mac();
+        mac.update(&out);
+        out.extend_from_slice(&mac.finalize().into_bytes());
+        out
+    }
+
+    /// The handshake proof of a gossip upgrade request made at `unix_secs`:
+    /// `v1 <secs> <hex HMAC(key, "gearlb gossip upgrade" | cluster tag | secs)>`.
+    pub fn handshake(&self, unix_secs: u64) -> String {
+        let mut mac = self.mac();
+        mac.update(b"gearlb gossip upgrade");
+        mac.update(&self.cluster_tag);
+        mac.update(&unix_secs.to_be_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut hex = String::with_capacity(64);
+        for b in tag {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        format!("v1 {unix_secs} {hex}")
+    }
+
+    /// Whether `value` is a handshake proof of this cluster made within
+    /// [`HANDSHAKE_WINDOW_SECS`] of `now_secs`.
+    pub fn check_handshake(&self, value: &[u8], now_secs: u64) -> bool {
+        let Ok(text) = std::str::from_utf8(value) else {
+            return false;
+        };
+        let mut parts = text.split(' ');
+        let (Some("v1"), Some(secs), Some(hex), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        let Ok(secs) = secs.parse::<u64>() else {
+            return false;
+        };
+        if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS || hex.len() != 64 {
+            return false;
+        }
+        let mut tag = [0u8; 32];
+        for (i, byte) in tag.iter_mut().enumerate() {
+            match u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16) {
+                Ok(b) => *byte = b,
+                Err(_) => return false,
+            }
+        }
+        let mut mac = self.mac();
+        mac.update(b"gearlb gossip upgrade");
+        mac.update(&self.cluster_tag);
+        mac.update(&secs.to_be_bytes());
+        mac.verify_slice(&tag).is_ok()
+    }
+
+    /// Check a frame; returns the sender's address and the message.
+    pub fn open<'a>(&self, frame: &'a [u8]) -> Result<(SocketAddr, &'a [u8]), FrameError> {
+        if frame.len() > MAX_FRAME {
+            return Err(FrameError::Oversized);
+        }
+        let header = 4 + CLUSTER_TAG_LEN + 1;
+        if frame.len() < header + TAG_LEN || &frame[..4] != MAGIC {
+            return Err(FrameError::Malformed);
+        }
+        if frame[4..4 + CLUSTER_TAG_LEN] != self.cluster_tag {
+            return Err(FrameError::OtherCluster);
+        }
+        let (body, tag) = frame.split_at(frame.len() - TAG_LEN);
+        let mut mac = self.mac();
+        mac.update(body);
+        mac.verify_slice(tag).map_err(|_| FrameError::BadTag)?;
+        let addr_len = body[header - 1] as usize;
+        let addr = body
+            .get(header..header + addr_len)
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .ok_or(FrameError::Malformed)?;
+        Ok((addr, &body[header + addr_len..]))
+    }
+}
+
+pub(super) fn count_rejection(stats: &GossipStats, e: &FrameError) {
+    let c = match e {
+        FrameError::Malformed => &stats.rejected_malformed,
+        FrameError::Oversized => &stats.rejected_oversized,
+        FrameError::OtherCluster => &stats.rejected_other_cluster,
+        FrameError::BadTag => &stats.rejected_bad_tag,
+    };
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:7001".parse().unwrap()
+    }
+
+    #[test]
+    fn frames_round_trip_and_reject_forgeries() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let frame = a.seal(addr(), b"hello");
+        assert_eq!(a.open(&frame).unwrap(), (addr(), &b"hello"[..]));
+
+        let wrong_key = Auth::new("app1", b"secret-other-key");
+        assert_eq!(wrong_key.open(&frame), Err(FrameError::BadTag));
+        let other_app = Auth::new("app2", b"secret-0123456789");
+        assert_eq!(other_app.open(&frame), Err(FrameError::OtherCluster));
+
+        for i in 0..frame.len() {
+            let mut t = frame.clone();
+            t[i] ^= 0x01;
+            assert!(a.open(&t).is_err(), "bit flip at {i} accepted");
+        }
+        assert_eq!(a.open(&frame[..10]), Err(FrameError::Malformed));
+        assert_eq!(a.open(b""), Err(FrameError::Malformed));
+        assert_eq!(
+            a.open(&vec![0u8; MAX_FRAME + 1]),
+            Err(FrameError::Oversized)
+        );
+    }
+
+    #[test]
+    fn handshakes_prove_the_secret_within_a_window() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let now = 1_800_000_000;
+        let proof = a.handshake(now);
+        assert!(a.check_handshake(proof.as_bytes(), now));
+        assert!(
+            a.check_handshake(proof.as_bytes(), now + 60),
+            "small clock skew"
+        );
+        assert!(
+            !a.check_handshake(proof.as_bytes(), now + HANDSHAKE_WINDOW_SECS + 1),
+            "a replay later than the window"
+        );
+        assert!(!Auth::new("app1", b"secret-other-key").check_handshake(proof.as_bytes(), now));
+        assert!(!Auth::new("app2", b"secret-0123456789").check_handshake(proof.as_bytes(), now));
+        // Another time in the same proof: the tag no longer matches.
+        let forged = proof.replacen(&now.to_string(), &(now + 1).to_string(), 1);
+        assert!(!a.check_handshake(forged.as_bytes(), now));
+        for bad in [
+            "",
+            "v1",
+            "v1 x y",
+            "v2 1 00",
+            "v1 1800000000 zz",
+            &format!("{proof} x"),
+        ] {
+            assert!(!a.check_handshake(bad.as_bytes(), now), "{bad:?} accepted");
+        }
+        assert!(!a.check_handshake(&[0xff, 0xfe], now));
+    }
+
+    #[test]
+    fn random_garbage_never_panics() {
+        let a = Auth::new("app1", b"secret-0123456789");
+        let mut rng = fastrand::Rng::with_seed(1);
+        for _ in 0..10_000 {
+            let len = rng.usize(0..200);
+            let mut v: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            if rng.bool() && v.len() >= 12 {
+                v[..4].copy_from_slice(MAGIC);
+            }
+            assert!(a.open(&v).is_err());
+        }
+    }
+}
