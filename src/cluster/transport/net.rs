@@ -22,6 +22,7 @@ use super::carrier::Carrier;
 use super::codec::Codec;
 use super::frame::*;
 use crate::proxy::UpgradeEndpoint;
+use crate::time::unix_secs;
 
 /// An incoming gossip connection: frames are only ever read from it.
 pub type InboundStream = Box<dyn AsyncRead + Send + Unpin>;
@@ -139,13 +140,6 @@ impl UpgradeEndpoint for GossipUpgrade {
             debug!(peer = %peer, "gossip upgrade queue full: connection dropped");
         }
     }
-}
-
-pub(super) fn unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[async_trait]
