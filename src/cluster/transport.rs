@@ -51,6 +51,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+/// Named here too: the transport is chosen by `cluster.transport` in the configuration.
+pub use crate::config::Carrier;
 use crate::proxy::UpgradeEndpoint;
 
 const MAGIC: &[u8; 4] = b"GLB1";
@@ -321,28 +323,6 @@ impl Codec {
             if out.from_addr == self.tap_addr {
                 return Some(out.envelope);
             }
-        }
-    }
-}
-
-/// Which carrier gossip uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Carrier {
-    /// Upgraded HTTP/1.1 connections on the proxy port (the default in a gear).
-    Http,
-    /// A TCP port of its own (`cluster.listen`).
-    Tcp,
-    /// A UDP port of its own (`cluster.listen`).
-    Udp,
-}
-
-impl Carrier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Carrier::Http => "http",
-            Carrier::Tcp => "tcp",
-            Carrier::Udp => "udp",
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::duration::parse_timeout;
 use super::problem::Problem;
-use super::schema::{Config, GearIdentity};
+use super::schema::{Carrier, Config, GearIdentity};
 use crate::gear::Addr;
 
 /// Environment variable naming the config file when `--config` is not given.
@@ -106,7 +106,7 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
         // A gear: the HTTP port is the only public one, and gossip rides it (unless the
         // file opened a gossip port of its own).
         if env.var("OPENSHIFT_GEARLB_PORT").is_some() && cfg.cluster.listen.is_none() {
-            cfg.cluster.transport = crate::cluster::transport::Carrier::Http;
+            cfg.cluster.transport = Carrier::Http;
         }
     }
     // Set by `gearlb cartridge control start`: the node's public IP and the port proxy's

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
-use super::schema::{HealthConfig, TlsConfig};
+use super::schema::{Carrier, HealthConfig, TlsConfig};
 use crate::gear::{is_backend_name, Addr};
 
 /// The file's text as a TOML table; a syntax error is one problem naming its line.
@@ -226,7 +226,6 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     cfg.cluster.id = r.string("id", &cfg.cluster.id);
     cfg.cluster.gossip_interval = r.duration("gossip_interval", cfg.cluster.gossip_interval);
     if let Some(t) = r.str_value("transport") {
-        use crate::cluster::transport::Carrier;
         match t.as_str() {
             "http" if cfg.cluster.listen.is_some() => r.problem(
                 "transport",

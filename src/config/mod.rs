@@ -38,7 +38,8 @@ pub use env::{config_path, Env, ProcessEnv, CONFIG_ENV};
 pub use load::{from_toml, load};
 pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
 pub use schema::{
-    backends_fingerprint, BackendConfig, ClusterConfig, Config, ControlConfig, ForwardedHeaders,
-    GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig, ProxyConfig, RotateConfig,
-    RuntimeConfig, ScalerConfig, StateConfig, StickyConfig, SubsetConfig, Timeouts, TlsConfig,
+    backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
+    ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig, ProxyConfig,
+    RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig, SubsetConfig, Timeouts,
+    TlsConfig,
 };

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::gear::Addr;
 
 /// The validated configuration.
@@ -277,6 +279,29 @@ pub struct StickyConfig {
     pub max_age: Duration,
 }
 
+/// Which carrier gossip uses (`cluster.transport`); the gossip transport itself is
+/// `crate::cluster::transport`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Carrier {
+    /// Upgraded HTTP/1.1 connections on the proxy port (the default in a gear).
+    Http,
+    /// A TCP port of its own (`cluster.listen`).
+    Tcp,
+    /// A UDP port of its own (`cluster.listen`).
+    Udp,
+}
+
+impl Carrier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Carrier::Http => "http",
+            Carrier::Tcp => "tcp",
+            Carrier::Udp => "udp",
+        }
+    }
+}
+
 /// The balancers of one application.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -298,7 +323,7 @@ pub struct ClusterConfig {
     pub peers: Vec<Addr>,
     /// `http`: frames on upgraded connections of the proxy port, the one public port of
     /// a gear (the default in cartridge mode); `tcp` (default with `listen`) or `udp`.
-    pub transport: crate::cluster::transport::Carrier,
+    pub transport: Carrier,
     /// Time between gossip rounds. Default 200ms (a dead peer is noticed in about 2s).
     pub gossip_interval: Duration,
 }
@@ -306,7 +331,7 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// Gossip runs: on its own port (`listen`) or on the proxy port (`http`).
     pub fn gossip(&self) -> bool {
-        self.listen.is_some() || self.transport == crate::cluster::transport::Carrier::Http
+        self.listen.is_some() || self.transport == Carrier::Http
     }
 }
 
@@ -459,7 +484,7 @@ impl Default for Config {
                 node_id: None,
                 id: "gearlb".into(),
                 peers: Vec::new(),
-                transport: crate::cluster::transport::Carrier::Tcp,
+                transport: Carrier::Tcp,
                 gossip_interval: Duration::from_millis(200),
             },
             subset: SubsetConfig { coverage: 100 },

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::problem::Problem;
-use super::schema::Config;
+use super::schema::{Carrier, Config};
 
 pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
     let l = &cfg.listen;
@@ -83,7 +83,7 @@ pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
         });
     }
     if cfg.cluster.gossip() {
-        if cfg.cluster.transport == crate::cluster::transport::Carrier::Http
+        if cfg.cluster.transport == Carrier::Http
             && cfg.cluster.advertise.is_none()
             && cfg.listen.proxy.ip().is_unspecified()
         {
