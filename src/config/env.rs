@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::duration::parse_timeout;
+use super::duration::parse_duration;
 use super::problem::Problem;
 use super::schema::{Carrier, Config, GearIdentity};
 use crate::gear::Addr;
@@ -124,11 +124,11 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
         cfg.cluster.id = app;
     }
     if let Some(t) = env.var("OPENSHIFT_GEARLB_ROTATE_TIMEOUT") {
-        match parse_timeout(&t) {
-            Some(d) => cfg.rotate.timeout = d,
-            None => problems.push(Problem {
+        match parse_duration(&t) {
+            Ok(d) => cfg.rotate.timeout = d,
+            Err(message) => problems.push(Problem {
                 path: "env OPENSHIFT_GEARLB_ROTATE_TIMEOUT".into(),
-                message: format!("{t:?} is not a duration like \"2m\" or a number of seconds"),
+                message,
             }),
         }
     }

@@ -33,7 +33,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use duration::parse_timeout;
+pub use duration::{parse_duration, DURATION_RULE};
 pub use env::{config_path, Env, ProcessEnv, CONFIG_ENV};
 pub use load::{from_toml, load};
 pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};

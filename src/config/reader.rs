@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::duration::parse_duration;
 use super::problem::Problem;
 use super::schema::ForwardedHeaders;
 
@@ -89,27 +90,15 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A duration by the rule of every source ([`parse_duration`]).
     pub(super) fn duration(&mut self, key: &'static str, default: Duration) -> Duration {
-        match self.str_value(key) {
+        match self.str_value(key).map(|s| parse_duration(&s)) {
             None => default,
-            Some(s) => match humantime::parse_duration(&s) {
-                Ok(d) if d.is_zero() => {
-                    self.problem(key, "must be greater than zero");
-                    default
-                }
-                Ok(d) if d > Duration::from_secs(7 * 24 * 3600) => {
-                    self.problem(key, format!("{s:?} is longer than 7 days"));
-                    default
-                }
-                Ok(d) => d,
-                Err(e) => {
-                    self.problem(
-                        key,
-                        format!("{s:?} is not a duration like \"10s\" or \"2m\": {e}"),
-                    );
-                    default
-                }
-            },
+            Some(Ok(d)) => d,
+            Some(Err(message)) => {
+                self.problem(key, message);
+                default
+            }
         }
     }
 

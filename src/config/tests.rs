@@ -314,3 +314,26 @@ fn fingerprint_tracks_the_list() {
     b[0].addr = "127.0.0.1:2".parse().unwrap();
     assert_ne!(backends_fingerprint(&a), backends_fingerprint(&b));
 }
+
+#[test]
+fn one_duration_rule_for_file_and_environment() {
+    let c = from_toml(
+        "[rotate]\ntimeout = \"500ms\"\n[timeouts]\nconnect = \"3\"\n",
+        &env(&[]),
+    )
+    .unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_millis(500));
+    assert_eq!(c.timeouts.connect, Duration::from_secs(3));
+    let c = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", "500ms")])).unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_millis(500));
+    let c = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", "3d")])).unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_secs(3 * 86_400));
+    for bad in ["0s", "8d", "soon"] {
+        let file = from_toml(&format!("[rotate]\ntimeout = \"{bad}\"\n"), &env(&[])).unwrap_err();
+        let var = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", bad)])).unwrap_err();
+        assert_eq!(file.0[0].path, "rotate.timeout");
+        assert_eq!(var.0[0].path, "env OPENSHIFT_GEARLB_ROTATE_TIMEOUT");
+        assert_eq!(file.0[0].message, var.0[0].message, "{bad}");
+        assert_eq!(Err(file.0[0].message.clone()), parse_duration(bad));
+    }
+}
