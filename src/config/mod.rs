@@ -13,11 +13,11 @@
 //! This file only declares the parts and re-exports their public items; each part is a
 //! leaf or depends only on the leaves below it:
 //!
-//! - [`problem`](self::problem): [`Problem`], [`ConfigErrors`], [`EXIT_CONFIG`];
-//! - [`schema`](self::schema): the [`Config`] structs, their defaults, [`Carrier`];
-//! - [`duration`](self::duration): the one duration rule of every source;
+//! - `problem`: [`Problem`], [`ConfigErrors`], [`EXIT_CONFIG`];
+//! - `schema`: the [`Config`] structs, their defaults, [`Carrier`];
+//! - `duration`: the one duration rule of every source;
 //! - `reader` and `file`: the TOML file, key by key;
-//! - [`env`](self::env): the gear environment ([`Env`]) laid over the file;
+//! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `validate`: the checks across keys;
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
 
