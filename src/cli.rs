@@ -424,11 +424,11 @@ fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand)
             persist: _,
             as_json,
         } => {
-            let timeout_ms = match timeout.as_deref().map(crate::config::parse_timeout) {
+            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
                 None => None,
-                Some(Some(d)) => Some(d.as_millis() as u64),
-                Some(None) => {
-                    eprintln!("gearlb: --timeout {:?}: use a duration like \"90s\" or \"2m\" (1s to 1 day)", timeout.unwrap_or_default());
+                Some(Ok(d)) => Some(d.as_millis() as u64),
+                Some(Err(why)) => {
+                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
                     return EXIT_CONFIG;
                 }
             };

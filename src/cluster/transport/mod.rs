@@ -31,12 +31,11 @@
 //! wire format, [`Codec`] borrows chitchat's own UDP socket over a private loopback pair
 //! to turn envelopes into bytes and back. Gossip is a few messages per interval, so the
 
-mod carrier;
 mod codec;
 mod frame;
 mod net;
 
-pub use carrier::Carrier;
+pub use crate::config::Carrier;
 pub use codec::Codec;
 pub use frame::{
     Auth, FrameError, GossipCounters, GossipStats, AUTH_HEADER, MAX_FRAME, UPGRADE_PATH,

@@ -18,9 +18,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::carrier::Carrier;
 use super::codec::Codec;
 use super::frame::*;
+use crate::config::Carrier;
 use crate::proxy::UpgradeEndpoint;
 use crate::time::unix_secs;
 

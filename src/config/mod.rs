@@ -1,0 +1,45 @@
+//! Configuration: built-in defaults < TOML file < gear environment, into one validated
+//! [`Config`].
+//!
+//! Owns every configuration key, its default and its validation. Loading never stops at
+//! the first problem: it walks the whole file and environment and returns every
+//! [`Problem`] with the key path (`timeouts.connect`, `backends[2].addr`,
+//! `env OPENSHIFT_GEARLB_PORT`), so `gearlb check` can list them all at once. Unknown keys
+//! are problems too: a typo must not silently fall back to a default.
+//!
+//! Relative paths (`control.socket`, `state.dir`) are relative to the working directory
+//! of the process, which is what the cartridge's `bin/control` sets.
+//!
+//! This file only declares the parts and re-exports their public items; each part is a
+//! leaf or depends only on the leaves below it:
+//!
+//! - `problem`: [`Problem`], [`ConfigErrors`], [`EXIT_CONFIG`];
+//! - `schema`: the [`Config`] structs, their defaults, [`Carrier`];
+//! - `duration`: the one duration rule of every source;
+//! - `reader` and `file`: the TOML file, key by key;
+//! - `env`: the gear environment ([`Env`]) laid over the file;
+//! - `validate`: the checks across keys;
+//! - `load`: [`load`] and [`from_toml`], which run the above in order.
+
+mod duration;
+mod env;
+mod file;
+mod load;
+mod problem;
+mod reader;
+mod schema;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use duration::{parse_duration, DURATION_RULE};
+pub use env::{config_path, Env, ProcessEnv, CONFIG_ENV};
+pub use load::{from_toml, load};
+pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
+pub use schema::{
+    backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
+    ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig, ProxyConfig,
+    RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig, SubsetConfig, Timeouts,
+    TlsConfig,
+};

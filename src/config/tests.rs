@@ -1,0 +1,339 @@
+//! Unit tests of loading: defaults, the file, the environment and validation together,
+//! through [`from_toml`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn empty_file_gives_defaults() {
+    let c = from_toml("", &env(&[])).unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn full_file() {
+    let c = from_toml(
+        r#"
+        [listen]
+        proxy = "127.0.0.1:9080"
+        status = "127.0.0.1:9081"
+        [[backends]]
+        name = "web1"
+        addr = "127.0.0.1:9001"
+        [[backends]]
+        name = "web2"
+        addr = "localhost:9002"
+        [timeouts]
+        connect = "2s"
+        server = "1m 30s"
+        [limits]
+        max_connections = 50
+        "#,
+        &env(&[]),
+    )
+    .unwrap();
+    assert_eq!(c.listen.proxy.port(), 9080);
+    assert_eq!(c.backends.len(), 2);
+    assert_eq!(c.backends[1].addr.to_string(), "localhost:9002");
+    assert_eq!(c.timeouts.connect, Duration::from_secs(2));
+    assert_eq!(c.timeouts.server, Duration::from_secs(90));
+    assert_eq!(c.limits.max_connections, 50);
+}
+
+#[test]
+fn every_problem_is_listed_with_its_path() {
+    let err = from_toml(
+        r#"
+        bogus = 1
+        [listen]
+        proxy = "nowhere"
+        [timeouts]
+        connect = "ten seconds"
+        client = 5
+        colour = "blue"
+        [limits]
+        max_header_size = 100
+        [[backends]]
+        name = "web 1"
+        addr = "127.0.0.1:0"
+        [[backends]]
+        addr = "127.0.0.1:9002"
+        "#,
+        &env(&[]),
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "bogus",
+        "listen.proxy",
+        "timeouts.connect",
+        "timeouts.client",
+        "timeouts.colour",
+        "limits.max_header_size",
+        "backends[0].name",
+        "backends[0].addr",
+        "backends[1].name",
+    ] {
+        assert!(paths.contains(&want), "missing {want} in {paths:?}");
+    }
+}
+
+#[test]
+fn syntax_error_names_the_line() {
+    let err = from_toml("[listen]\nproxy = \n", &env(&[])).unwrap_err();
+    assert_eq!(err.0.len(), 1);
+    assert!(err.0[0].path.starts_with("line "), "{:?}", err.0);
+}
+
+#[test]
+fn env_overrides_file() {
+    let c = from_toml(
+        "[listen]\nproxy = \"127.0.0.1:1000\"\n",
+        &env(&[
+            ("OPENSHIFT_GEARLB_IP", "127.1.2.3"),
+            ("OPENSHIFT_GEARLB_PORT", "8080"),
+            ("OPENSHIFT_DATA_DIR", "/home/gear/app-root/data/"),
+            ("OPENSHIFT_NAMESPACE", "ns"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.listen.proxy, "127.1.2.3:8080".parse().unwrap());
+    assert_eq!(
+        c.state.dir,
+        PathBuf::from("/home/gear/app-root/data/gearlb")
+    );
+    assert_eq!(c.gear.namespace.as_deref(), Some("ns"));
+}
+
+#[test]
+fn stats_socket_next_to_the_control_socket_unless_set() {
+    let c = from_toml("", &env(&[])).unwrap();
+    assert_eq!(c.control.stats_socket_path(), PathBuf::from("run/stats"));
+    let c = from_toml("[control]\nsocket = \"/tmp/x/c.sock\"\n", &env(&[])).unwrap();
+    assert_eq!(c.control.stats_socket_path(), PathBuf::from("/tmp/x/stats"));
+    let c = from_toml("[control]\nstats_socket = \"/tmp/s\"\n", &env(&[])).unwrap();
+    assert_eq!(c.control.stats_socket_path(), PathBuf::from("/tmp/s"));
+    // Cartridge mode: both sockets in $OPENSHIFT_GEARLB_DIR/run.
+    let c = from_toml(
+        "[control]\nstats_socket = \"/tmp/s\"\n",
+        &env(&[("OPENSHIFT_GEARLB_DIR", "/home/g/gearlb")]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.control.stats_socket_path(),
+        PathBuf::from("/home/g/gearlb/run/stats")
+    );
+    for (bad, why) in [
+        ("stats_socket = \"\"", "must not be empty"),
+        ("stats_socket = 5", "expected a string"),
+        ("stats_socket = \"run/control.sock\"", "must differ"),
+    ] {
+        let err = from_toml(&format!("[control]\n{bad}\n"), &env(&[])).unwrap_err();
+        assert!(
+            err.0
+                .iter()
+                .any(|p| p.path == "control.stats_socket" && p.message.contains(why)),
+            "{bad}: {:?}",
+            err.0
+        );
+    }
+    let long = format!("[control]\nstats_socket = \"/{}\"\n", "x".repeat(120));
+    assert!(from_toml(&long, &env(&[])).is_err());
+}
+
+#[test]
+fn health_env_names_and_aliases() {
+    let c = from_toml(
+        "",
+        &env(&[
+            ("OPENSHIFT_HAPROXY_HTTPCHK_URI", "/old"),
+            ("HAPROXY_CARTRIDGE_HTTPCHK_EXPECT_RSTATUS", "200"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.health.uri.as_str(), c.health.expect.as_str()),
+        ("/old", "200")
+    );
+    let c = from_toml(
+        "",
+        &env(&[
+            ("OPENSHIFT_GEARLB_HTTPCHK_URI", "/new"),
+            ("OPENSHIFT_HAPROXY_HTTPCHK_URI", "/old"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.health.uri, "/new");
+    let err = from_toml("[health]\nexpect = \"2..(\"\nuri = \"nope\"", &env(&[])).unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, vec!["health.uri", "health.expect"]);
+}
+
+#[test]
+fn sealed_cookies_need_a_secret() {
+    let err = from_toml("[sticky]\nseal = true", &env(&[])).unwrap_err();
+    assert_eq!(err.0[0].path, "sticky.seal");
+    let c = from_toml(
+        "[sticky]\nseal = true",
+        &env(&[("OPENSHIFT_SECRET_TOKEN", "0123456789abcdef0123")]),
+    )
+    .unwrap();
+    assert!(c.sticky.seal);
+    assert!(
+        !format!("{c:?}").contains("0123456789abcdef"),
+        "secret must not be printed"
+    );
+}
+
+#[test]
+fn bad_env_is_a_problem() {
+    let err = from_toml(
+        "",
+        &env(&[
+            ("OPENSHIFT_GEARLB_IP", "x"),
+            ("OPENSHIFT_GEARLB_PORT", "8080"),
+        ]),
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "env OPENSHIFT_GEARLB_IP");
+    let err = from_toml("", &env(&[("OPENSHIFT_GEARLB_PORT", "8080")])).unwrap_err();
+    assert!(err.0[0].message.contains("together"));
+}
+
+#[test]
+fn forwarded_headers_list() {
+    let d = from_toml("", &env(&[])).unwrap().proxy.forwarded_headers;
+    assert!(d.x_forwarded_for && d.x_forwarded_proto);
+    assert!(!d.x_forwarded_host && !d.x_forwarded_port && !d.forwarded);
+
+    let c = from_toml(
+        "[proxy]\nforwarded_headers = [\"Forwarded\", \"x-forwarded-port\"]\n",
+        &env(&[]),
+    )
+    .unwrap();
+    let f = c.proxy.forwarded_headers;
+    assert!(f.forwarded && f.x_forwarded_port);
+    assert!(!f.x_forwarded_for && !f.x_forwarded_proto && !f.x_forwarded_host);
+
+    let c = from_toml("[proxy]\nforwarded_headers = []\n", &env(&[])).unwrap();
+    assert_eq!(c.proxy.forwarded_headers, ForwardedHeaders::NONE);
+
+    let err = from_toml(
+        "[proxy]\nforwarded_headers = [\"x-forwarded-for\", \"x-real-ip\", 3]\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    assert_eq!(err.0.len(), 2);
+    assert_eq!(err.0[0].path, "proxy.forwarded_headers");
+    assert!(err.0[0].message.contains("\"x-real-ip\" is not one of"));
+    assert!(err.0[1].message.contains("integer value is not one of"));
+
+    let err = from_toml("[proxy]\nforwarded_headers = \"forwarded\"\n", &env(&[])).unwrap_err();
+    assert!(err.0[0].message.contains("expected a list of header names"));
+}
+
+#[test]
+fn dns_ttl_is_a_positive_duration() {
+    let c = from_toml("", &env(&[])).unwrap();
+    assert_eq!(
+        c.proxy.dns_ttl,
+        Duration::from_secs(10),
+        "HAProxy's hold valid"
+    );
+    let c = from_toml("[proxy]\ndns_ttl = \"1m\"\n", &env(&[])).unwrap();
+    assert_eq!(c.proxy.dns_ttl, Duration::from_secs(60));
+    for bad in ["\"0s\"", "\"soon\"", "10"] {
+        let err = from_toml(&format!("[proxy]\ndns_ttl = {bad}\n"), &env(&[])).unwrap_err();
+        assert_eq!(err.0[0].path, "proxy.dns_ttl", "{bad}");
+    }
+}
+
+#[test]
+fn h2_max_concurrent_streams_bounds() {
+    let c = from_toml("", &env(&[])).unwrap();
+    assert_eq!(c.proxy.h2_max_concurrent_streams, 100, "HAProxy's default");
+    let c = from_toml("[proxy]\nh2_max_concurrent_streams = 8\n", &env(&[])).unwrap();
+    assert_eq!(c.proxy.h2_max_concurrent_streams, 8);
+    for bad in ["0", "10001", "-1", "\"many\""] {
+        let err = from_toml(
+            &format!("[proxy]\nh2_max_concurrent_streams = {bad}\n"),
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].path, "proxy.h2_max_concurrent_streams", "{bad}");
+    }
+}
+
+#[test]
+fn connection_affinity_bounds() {
+    assert_eq!(
+        from_toml("", &env(&[])).unwrap().proxy.connection_affinity,
+        16
+    );
+    let c = from_toml("[proxy]\nconnection_affinity = 0\n", &env(&[])).unwrap();
+    assert_eq!(c.proxy.connection_affinity, 0);
+    for bad in ["-1", "2000000", "\"lots\"", "1.5"] {
+        let err = from_toml(
+            &format!("[proxy]\nconnection_affinity = {bad}\n"),
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0.len(), 1, "{bad}: {err:?}");
+        assert_eq!(err.0[0].path, "proxy.connection_affinity", "{bad}");
+    }
+}
+
+#[test]
+fn duplicate_backend_names() {
+    let err = from_toml(
+        "[[backends]]\nname=\"a\"\naddr=\"127.0.0.1:1\"\n[[backends]]\nname=\"a\"\naddr=\"127.0.0.1:2\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "backends[1].name");
+}
+
+#[test]
+fn fingerprint_tracks_the_list() {
+    let a = vec![BackendConfig {
+        name: "a".into(),
+        addr: "127.0.0.1:1".parse().unwrap(),
+    }];
+    let mut b = a.clone();
+    assert_eq!(backends_fingerprint(&a), backends_fingerprint(&b));
+    b[0].addr = "127.0.0.1:2".parse().unwrap();
+    assert_ne!(backends_fingerprint(&a), backends_fingerprint(&b));
+}
+
+#[test]
+fn one_duration_rule_for_file_and_environment() {
+    let c = from_toml(
+        "[rotate]\ntimeout = \"500ms\"\n[timeouts]\nconnect = \"3\"\n",
+        &env(&[]),
+    )
+    .unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_millis(500));
+    assert_eq!(c.timeouts.connect, Duration::from_secs(3));
+    let c = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", "500ms")])).unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_millis(500));
+    let c = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", "3d")])).unwrap();
+    assert_eq!(c.rotate.timeout, Duration::from_secs(3 * 86_400));
+    for bad in ["0s", "8d", "soon"] {
+        let file = from_toml(&format!("[rotate]\ntimeout = \"{bad}\"\n"), &env(&[])).unwrap_err();
+        let var = from_toml("", &env(&[("OPENSHIFT_GEARLB_ROTATE_TIMEOUT", bad)])).unwrap_err();
+        assert_eq!(file.0[0].path, "rotate.timeout");
+        assert_eq!(var.0[0].path, "env OPENSHIFT_GEARLB_ROTATE_TIMEOUT");
+        assert_eq!(file.0[0].message, var.0[0].message, "{bad}");
+        assert_eq!(Err(file.0[0].message.clone()), parse_duration(bad));
+    }
+}
