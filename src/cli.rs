@@ -15,10 +15,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::app::Server;
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
 use crate::control::{self, Request};
 use crate::memory;
-use crate::server::Server;
 use crate::stats::StatusReport;
 
 /// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).

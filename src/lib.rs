@@ -20,7 +20,8 @@
 //! - [`stats`]: counters and the status report ([`stats::latency`] response times,
 //!   [`stats::sampler`] rates); [`status`]: the status listener (HTML page, HAProxy
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
-//! - [`server`]: assembly, control-plane operations, start-up and stop.
+//! - [`app`]: assembly of a running balancer: start-up and stop ([`app::Server`]), the
+//!   control-plane operations, the rotate driver, the status report, state saves.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
 //! - [`sim`]: the cluster simulator: many balancers' real cluster, rotation and scaler
 //!   code in one process over an in-memory network (latency, loss, partitions).
@@ -35,6 +36,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod cartridge;
 pub mod cli;
 pub mod cluster;
@@ -49,7 +51,6 @@ pub mod proxy;
 pub mod rotation;
 pub mod routing;
 pub mod scaler;
-pub mod server;
 pub mod sim;
 pub mod state;
 pub mod stats;

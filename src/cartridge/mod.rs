@@ -292,14 +292,14 @@ fn control_action(
                 Ok(r) => {
                     let code = report(r, out);
                     Ok(if invalid.get() && code == 0 {
-                        crate::server::EXIT_BAD_ENTRIES
+                        crate::app::EXIT_BAD_ENTRIES
                     } else {
                         code
                     })
                 }
                 Err(e) if invalid.get() => {
                     out.error(e);
-                    Ok(crate::server::EXIT_BAD_ENTRIES)
+                    Ok(crate::app::EXIT_BAD_ENTRIES)
                 }
                 Err(e) => Err(e),
             }
@@ -463,7 +463,7 @@ fn rotate(
             node: true,
         };
         let reply = call_or_record(&cfg, request, |p| {
-            let names = crate::server::gear_names(&cfg);
+            let names = crate::app::gear_names(&cfg);
             let reg = cfg
                 .gear
                 .homedir
