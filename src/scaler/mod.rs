@@ -1,8 +1,8 @@
 //! The application's one scaler: elected by gossip, quorum-guarded, talking to the broker.
 //!
 //! Owns the election ([`elect`], pure: `election`), the check loop and manual scaling
-//! ([`Scaler`]: `driver`), the policy ([`policy`]) and the broker client ([`broker`]). Every
-//! balancer runs the loop; only the elected one acts:
+//! ([`Scaler`]: `driver`), the policy ([`policy`]) and the broker client ([`broker`]).
+//! Every balancer runs the loop; only the elected one acts:
 //!
 //! - **Ranking**: the gear named by `scaler.preferred` / `OPENSHIFT_GEARLB_SCALER_GEAR`
 //!   (uuid or gear name) first, then the head gear (its gear name is the application's
