@@ -15,11 +15,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::app::Server;
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
 use crate::control::{self, Request};
 use crate::memory;
 use crate::report::StatusReport;
-use crate::server::Server;
 
 /// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).
 pub const EXIT_UNAVAILABLE: i32 = 69;

@@ -26,8 +26,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::app::{App, Server};
 use crate::config::Config;
-use crate::server::{App, Server};
 
 /// A web gear of the demo.
 struct WebGear {

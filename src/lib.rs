@@ -21,7 +21,8 @@
 //!   [`stats::rate`] rates); [`report`]: the status report assembled from them (and
 //!   [`report::sampler`], the once-a-second rate task); [`status`]: the status listener (HTML page, HAProxy
 //!   CSV, JSON); [`metrics`]: Prometheus metrics collected at scrape time.
-//! - [`server`]: assembly, control-plane operations, start-up and stop.
+//! - [`app`]: assembly of a running balancer: start-up and stop ([`app::Server`]), the
+//!   control-plane operations, the rotate driver, the status report, state saves.
 //! - [`demo`]: `gearlb demo`, the whole system in one process.
 //! - [`sim`]: the cluster simulator: many balancers' real cluster, rotation and scaler
 //!   code in one process over an in-memory network (latency, loss, partitions).
@@ -36,6 +37,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod cartridge;
 pub mod cli;
 pub mod cluster;
@@ -51,7 +53,6 @@ pub mod report;
 pub mod rotation;
 pub mod routing;
 pub mod scaler;
-pub mod server;
 pub mod sim;
 pub mod state;
 pub mod stats;

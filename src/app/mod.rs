@@ -1,0 +1,27 @@
+//! Assembly of a running balancer: listeners, routing, state, control, and their life.
+//!
+//! Declarations and re-exports only; each concept is one file:
+//! - `shared`: the [`App`] every listener and the control plane share, and what of it
+//!   comes from the configuration;
+//! - `wiring`: the [`Server`]: start-up order (configuration → restore the persisted
+//!   backend set → bind every listener → accept) and the graceful stop;
+//! - `ops`: the control-plane operations (`update-cluster`, `set-peers`, `scale`,
+//!   reload, `disable server`/`enable server`) and the dispatch of control requests;
+//! - `rotate`: the rotate command's driver (its completion rule is
+//!   [`crate::rotation::complete`], pure);
+//! - `report`: the status report and the cluster view;
+//! - `persist`: the state file's saves and the state directory's lock.
+//!
+//! Control-plane operations are serialised by one async mutex; the request path never
+//! sees it.
+
+mod ops;
+mod persist;
+mod report;
+mod rotate;
+mod shared;
+mod wiring;
+
+pub use ops::{RotateServerError, EXIT_BAD_ENTRIES};
+pub use shared::{gear_names, App};
+pub use wiring::Server;

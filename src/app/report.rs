@@ -1,0 +1,133 @@
+//! What this balancer reports of itself: the status report (backends, peers,
+//! rotations and how far each got, the scaler), the cluster view, and the
+//! [`StatusSource`] the status listener reads.
+
+use crate::cluster::ClusterView;
+use crate::report::{self, FrontendReport, HealthReport, StatusReport};
+use crate::rotation::{self, AckState, Op};
+use crate::status::StatusSource;
+
+use super::shared::App;
+
+impl App {
+    /// The status report.
+    pub fn status(&self) -> StatusReport {
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            gear_uuid: self.gear_uuid.clone(),
+            listen: self.listen.clone(),
+            frontend: FrontendReport::read(&self.frontend),
+            backends: report::backend_reports(&self.router.snapshot()),
+            gear_dns: self.gear_dns.clone(),
+            health: Some(HealthReport::from_settings(&self.health.load())),
+            peers: self.peer_reports(),
+            rotations: self.rotation_reports(),
+            scaler: Some(self.scaler.report()),
+            availability: Some(self.router.availability()),
+            status_listener: Some(FrontendReport::read(&self.status_counters)),
+        }
+    }
+
+    fn peer_reports(&self) -> Vec<report::PeerReport> {
+        self.cluster_view()
+            .peers
+            .iter()
+            .map(|p| report::PeerReport {
+                name: p
+                    .name
+                    .clone()
+                    .or_else(|| p.id.clone())
+                    .unwrap_or_else(|| p.addr.clone()),
+                addr: p.addr.clone(),
+                state: if p.live {
+                    "alive"
+                } else if p.known {
+                    "dead"
+                } else {
+                    "unknown"
+                }
+                .into(),
+                last_seen_secs: None,
+                sessions: p.load.as_ref().map(|l| l.sessions),
+            })
+            .collect()
+    }
+
+    /// Rotate-outs in force, and rotate-ins of the last five minutes.
+    fn rotation_reports(&self) -> Vec<report::RotationReport> {
+        let view = self.cluster_view();
+        let own = self.rotations.acks();
+        let now_us = rotation::unix_ms() * 1000;
+        self.rotations
+            .ops()
+            .values()
+            .filter(|o| o.op == Op::Out || now_us.saturating_sub(o.ts) < 300_000_000)
+            .map(|o| {
+                let epoch = o.epoch();
+                let done = match o.op {
+                    Op::Out => AckState::Drained,
+                    Op::In => AckState::Active,
+                };
+                let mut total = 1;
+                let mut finished = u32::from(
+                    own.get(&o.gear)
+                        .is_some_and(|a| a.epoch == epoch && a.state == done),
+                );
+                for p in view.peers.iter().filter(|p| p.live) {
+                    total += 1;
+                    let acked =
+                        p.id.as_ref()
+                            .and_then(|id| view.acks.get(id))
+                            .and_then(|m| m.get(&o.gear))
+                            .is_some_and(|a| a.epoch == epoch && a.state == done);
+                    finished += u32::from(acked);
+                }
+                let state = match (o.op, finished == total) {
+                    (Op::Out, true) => "drained",
+                    (Op::Out, false) => "draining",
+                    (Op::In, true) => "active",
+                    (Op::In, false) => "waiting for peers",
+                };
+                report::RotationReport {
+                    backend: format!("gear-{}", o.gear),
+                    action: match o.op {
+                        Op::Out => "out".into(),
+                        Op::In => "in".into(),
+                    },
+                    state: state.into(),
+                    age_secs: now_us.saturating_sub(o.ts) / 1_000_000,
+                    balancers_done: finished,
+                    balancers_total: total,
+                }
+            })
+            .collect()
+    }
+
+    /// The cluster as this balancer sees it.
+    pub fn cluster_view(&self) -> ClusterView {
+        match &self.cluster {
+            Some(c) => {
+                let mut view = (*c.view()).clone().with_loads();
+                view.gossip = c.gossip_counters();
+                view
+            }
+            None => ClusterView::single(self.gear_uuid.as_deref().unwrap_or("self")),
+        }
+    }
+}
+
+impl StatusSource for App {
+    fn report(&self) -> StatusReport {
+        self.status()
+    }
+
+    fn healthy(&self) -> bool {
+        self.router.load().can_serve()
+    }
+
+    fn metrics(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode()
+    }
+}
