@@ -2,7 +2,9 @@
 //! `request_header`), then HTTP/1.1 or HTTP/2 by ALPN under the connection's watchdog,
 //! and the graceful stop. Never parked, no lingering close (see `LIFECYCLE.md`).
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -64,74 +66,108 @@ pub(crate) async fn serve_tls_connection(
     ));
     let svc_state = state.clone();
     let service = move |req: Request<Incoming>| serve_request(&svc_state, req);
-    let clock = ctx.clock;
-    let client_ms = settings.timeouts.client.as_millis() as u64;
-    let head_ms = head.as_millis() as u64;
     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
     let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
-    tokio::pin!(watchdog);
-    // The same loop for both connection types (they share no trait for graceful stop).
-    macro_rules! drive {
-        ($conn:expr) => {{
-            let conn = $conn;
-            tokio::pin!(conn);
-            let mut stopping = false;
-            let mut going_away = false;
-            loop {
-                tokio::select! {
-                    biased;
-                    res = conn.as_mut() => {
-                        if let Err(e) = res {
-                            debug!(client = %peer, error = %e, "client connection ended with an error");
-                        }
-                        return;
-                    }
-                    _ = shutdown.cancelled(), if !stopping => {
-                        stopping = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                    _ = &mut watchdog => {
-                        if going_away {
-                            return;
-                        }
-                        let now = clock.now_ms();
-                        match check_deadlines(&state, now, client_ms, head_ms, state.is_h2()) {
-                            Err(false) if h2 => {
-                                // Idle: GOAWAY, and a moment for it to go out.
-                                conn.as_mut().graceful_shutdown();
-                                going_away = true;
-                                watchdog.as_mut().reset(
-                                    Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS),
-                                );
-                            }
-                            Ok(next) => {
-                                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
-                                watchdog.as_mut().reset(Instant::now() + wait);
-                            }
-                            Err(counted) => {
-                                if counted {
-                                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                                }
-                                debug!(client = %peer, "idle or slow client connection closed");
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        }};
-    }
+    let watched = Watched {
+        ctx,
+        state: &state,
+        peer,
+        shutdown: &shutdown,
+        client_ms: settings.timeouts.client.as_millis() as u64,
+        head_ms: head.as_millis() as u64,
+        h2,
+    };
     let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
     if h2 {
         let mut b = auto::Builder::new(StreamExec(state.clone()));
         h2_settings(b.http2(), &settings);
-        drive!(b.serve_connection_with_upgrades(io, service_fn(service)))
+        let conn = b.serve_connection_with_upgrades(io, service_fn(service));
+        drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
     } else {
         // HTTP/1.1: hyper's server as for plain connections, the request head timeout
         // kept by the watchdog.
-        drive!(settings
+        let conn = settings
             .h1
             .serve_connection(io, service_fn(service))
-            .with_upgrades())
+            .with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
+    }
+}
+
+/// What the loop of a TLS connection looks at besides its connection object.
+struct Watched<'a> {
+    ctx: &'a ProxyCtx,
+    state: &'a ConnState,
+    peer: SocketAddr,
+    shutdown: &'a CancellationToken,
+    client_ms: u64,
+    head_ms: u64,
+    /// HTTP/2 by ALPN: an idle connection is sent GOAWAY before it closes.
+    h2: bool,
+}
+
+/// The loop of a TLS connection, the same for both of hyper's connection objects
+/// (HTTP/1.1's and the auto builder's): they share no trait for the graceful stop, so
+/// `graceful` is it. Generic, so built once per connection type: no dynamic dispatch.
+async fn drive<C, E>(conn: C, graceful: impl Fn(Pin<&mut C>), w: Watched<'_>, watchdog: Sleep)
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let Watched {
+        ctx,
+        state,
+        peer,
+        shutdown,
+        client_ms,
+        head_ms,
+        h2,
+    } = w;
+    let clock = ctx.clock;
+    tokio::pin!(conn);
+    tokio::pin!(watchdog);
+    let mut stopping = false;
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            biased;
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    debug!(client = %peer, error = %e, "client connection ended with an error");
+                }
+                return;
+            }
+            _ = shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                graceful(conn.as_mut());
+            }
+            _ = &mut watchdog => {
+                if going_away {
+                    return;
+                }
+                let now = clock.now_ms();
+                match check_deadlines(state, now, client_ms, head_ms, state.is_h2()) {
+                    Err(false) if h2 => {
+                        // Idle: GOAWAY, and a moment for it to go out.
+                        graceful(conn.as_mut());
+                        going_away = true;
+                        watchdog.as_mut().reset(
+                            Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS),
+                        );
+                    }
+                    Ok(next) => {
+                        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                        watchdog.as_mut().reset(Instant::now() + wait);
+                    }
+                    Err(counted) => {
+                        if counted {
+                            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        debug!(client = %peer, "idle or slow client connection closed");
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
