@@ -1,15 +1,15 @@
 //! The data plane: accept client connections, forward each request to a backend, stream
 //! the answer back.
 //!
-//! Owns the accept loop and its connection limit ([`listener`]), the client connection
-//! with its timeouts, parking and graceful stop ([`downstream`]), request handling
-//! (sticky cookie, selection, retries: [`request`], each attempt in [`attempt`], the
-//! response in [`respond`], failures in [`error`]), and what they all share ([`shared`]).
-//! Per request: load the
-//! routing snapshot (lock-free), pick the backend the sticky cookie names, else the
-//! connection's previous one while it is no busier (`routing::affinity`), else the least
-//! loaded one, take a pooled connection or open one, send, and stream the response body
-//! back without buffering it; the backend's in-flight count covers the whole exchange.
+//! Owns the accept loop and its connection limit (`listener`), the client connection
+//! with its timeouts, parking and graceful stop (`downstream`), request handling
+//! (sticky cookie, selection, retries: `request`, each attempt in `attempt`, the
+//! response in `respond`, failures in `error`), and what they all share (`shared`).
+//! Per request: load the routing snapshot (lock-free), pick the backend the sticky cookie
+//! names, else the connection's previous one while it is no busier (`routing::affinity`),
+//! else the least loaded one, take a pooled connection or open one, send, and stream the
+//! response body back without buffering it; the backend's in-flight count covers the
+//! whole exchange.
 //!
 //! Retries: a backend that cannot be reached is replaced by another (any request: its
 //! body was not sent), up to `proxy.retries`; an idempotent request without a body is

@@ -40,8 +40,9 @@ use crate::proxy::shared::{ProxyCtx, Settings};
 use crate::proxy::wait::Phase;
 
 /// One request of a client connection, as hyper hands it over: counted at once (so the
-/// connection never looks idle before its handler runs), with its [`Wait`](crate::proxy::wait::Wait). An HTTP/2
-/// stream's response then waits on the client to take it.
+/// connection never looks idle before its handler runs), with its
+/// [`Wait`](crate::proxy::wait::Wait). An HTTP/2 stream's response then waits on the
+/// client to take it.
 pub(super) fn serve_request(
     state: &Arc<ConnState>,
     req: Request<Incoming>,

@@ -1,8 +1,9 @@
 //! The downstream connection: one accepted client connection, from accept to close.
 //!
 //! Owns the life of a client connection (its states and transitions are drawn in
-//! `LIFECYCLE.md`, next to this file, and included below): the session it counts as ([`session`]), the state its task,
-//! socket wrapper, requests and tunnel share ([`state`]), the socket as hyper sees it
+//! `LIFECYCLE.md`, next to this file, and included below): the session it counts as
+//! ([`session`]), the state its task, socket wrapper, requests and tunnel share
+//! ([`state`]), the socket as hyper sees it
 //! ([`socket`]), protocol detection ([`protocol`]), the connection's timeouts kept by one
 //! watchdog timer and HTTP/2 streams' own timers ([`watchdog`]), giving back an idle
 //! HTTP/1 connection's HTTP state ([`parking`]), the lingering close ([`linger`]), and

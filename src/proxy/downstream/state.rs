@@ -52,8 +52,8 @@ pub(crate) struct ConnState {
     /// HTTP/2 requests arrived on this connection.
     pub(super) h2: AtomicBool,
     /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
-    /// encoded, until the socket wrapper writes them (see `ClientIo::poll_interim`, [`super::socket`]);
-    /// `has_interim` is what the write path looks at.
+    /// encoded, until the socket wrapper writes them (see `ClientIo::poll_interim` in
+    /// [`super::socket`]); `has_interim` is what the write path looks at.
     pub(super) interim: arc_swap::ArcSwapOption<bytes::BytesMut>,
     pub(super) has_interim: AtomicBool,
     /// The socket wrapper took bytes (or hyper asked it to, and the write waits for the

@@ -4,8 +4,9 @@
 //!
 //! - `client`: no byte moved while the balancer waits on the client (not while its
 //!   request waits on a backend);
-//! - `server`: an HTTP/1 request's wait on its backend (see [`Wait`](crate::proxy::wait::Wait)), marked expired
-//!   here and answered `504` by the request;
+//! - `server`: an HTTP/1 request's wait on its backend (see
+//!   [`Wait`](crate::proxy::wait::Wait)), marked expired here and answered `504` by the
+//!   request;
 //! - `request_header`: from the moment the connection waits for a request head (accept,
 //!   or the end of the previous response) until a complete head arrived; this also
 //!   bounds how long an idle keep-alive connection is kept. Closed without a response,
@@ -28,8 +29,8 @@ pub(super) const GOAWAY_GRACE_MS: u64 = 1000;
 /// The client's inactivity and head timeouts at `now`: `Err(counted)` when the
 /// connection must close (`counted`: it was the client timeout), else the next time to
 /// look again. Also marks an HTTP/1 request's wait on a backend as expired when it
-/// passed `timeouts.server` (see [`Wait`](crate::proxy::wait::Wait)): the connection task polls the request right
-/// after this, and it answers `504`.
+/// passed `timeouts.server` (see [`Wait`](crate::proxy::wait::Wait)): the connection
+/// task polls the request right after this, and it answers `504`.
 ///
 /// - `client` (HAProxy's `timeout client`): no byte moved from or to the client, while
 ///   nothing waits on a backend. An HTTP/2 connection with streams open is left to its
@@ -84,11 +85,11 @@ pub(super) fn check_deadlines(
 }
 
 /// The executor of a client connection's HTTP/2 streams: each stream is spawned under
-/// its own [`Wait`](crate::proxy::wait::Wait) (handed over by the service that made it), kept by one timer
-/// ([`watched`]): a stream waiting too long on the client (its request body, or a
-/// window to send the response in) or on the backend is answered `504`/`408` if it
-/// can still be, and otherwise reset (`RST_STREAM`), which closes its backend
-/// connection. Without it, a client granting no window would hold a backend connection
+/// its own [`Wait`](crate::proxy::wait::Wait) (handed over by the service that made
+/// it), kept by one timer ([`watched`]): a stream waiting too long on the client (its
+/// request body, or a window to send the response in) or on the backend is answered
+/// `504`/`408` if it can still be, and otherwise reset (`RST_STREAM`), which closes its
+/// backend connection. Without it, a client granting no window would hold a backend connection
 /// per stream for as long as it keeps the connection.
 #[derive(Clone)]
 pub(super) struct StreamExec(pub(super) Arc<ConnState>);

@@ -24,7 +24,7 @@
 //! rewritten), [`forwarded`] (`X-Forwarded-*`, `Forwarded`, and the [`ClientInfo`] they
 //! are made from), [`hop`] (hop-by-hop headers, both ways, and the response head),
 //! [`upgrade`] (what an upgrade request offers a gear, and which `101` may answer it),
-//! [`framing`] (what is refused before forwarding, transfer codings), [`values`]
+//! [`framing`] (what is refused before forwarding, transfer codings), `values`
 //! (header values built from bytes).
 
 pub mod forwarded;
