@@ -24,9 +24,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::client::ConnState;
+use super::downstream::state::ConnState;
 use super::io::{ActivityIo, Clock, Counted};
-use super::InFlight;
+use super::shared::InFlight;
 
 /// Counts a tunnel as open on its backend and the frontend until dropped; the request's
 /// in-flight count, dropped after it, ends the session on the backend.
