@@ -24,6 +24,7 @@ pub fn unix_ms() -> u64 {
 /// milliseconds of resolution, no hardware clock read), cheap enough for every socket
 /// read and write of the request path; only millisecond timeouts are kept with it.
 #[cfg(not(test))]
+#[inline]
 pub fn coarse_ms() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000

@@ -27,7 +27,7 @@ const ALONE_WARNING: Duration = Duration::from_secs(10);
 pub struct Cluster {
     pub(super) handle: ChitchatHandle,
     /// Gossip's side of the proxy port (`http` transport).
-    upgrade: Option<Arc<dyn crate::proxy::UpgradeEndpoint>>,
+    upgrade: Option<Arc<dyn crate::proxy::upgrade::UpgradeEndpoint>>,
     self_id: String,
     advertise: SocketAddr,
     gossip_interval: Duration,
@@ -78,7 +78,7 @@ impl Cluster {
         })?;
         let upgrade = transport
             .upgrade_endpoint()
-            .map(|u| u as Arc<dyn crate::proxy::UpgradeEndpoint>);
+            .map(|u| u as Arc<dyn crate::proxy::upgrade::UpgradeEndpoint>);
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -104,7 +104,7 @@ impl Cluster {
         settings: NodeSettings,
         known: Vec<PeerSpec>,
         stats: Arc<GossipStats>,
-        upgrade: Option<Arc<dyn crate::proxy::UpgradeEndpoint>>,
+        upgrade: Option<Arc<dyn crate::proxy::upgrade::UpgradeEndpoint>>,
     ) -> anyhow::Result<Arc<Cluster>> {
         let NodeSettings {
             self_id,
@@ -191,7 +191,7 @@ impl Cluster {
     }
 
     /// What the proxy listener serves for gossip (`http` transport), if anything.
-    pub fn upgrade_endpoint(&self) -> Option<Arc<dyn crate::proxy::UpgradeEndpoint>> {
+    pub fn upgrade_endpoint(&self) -> Option<Arc<dyn crate::proxy::upgrade::UpgradeEndpoint>> {
         self.upgrade.clone()
     }
 

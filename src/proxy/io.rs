@@ -23,21 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 #[derive(Clone, Copy, Debug)]
 pub struct Clock(u64);
 
-#[cfg(not(test))]
-pub(crate) fn coarse_ms() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-    (t.tv_sec as u64) * 1000 + (t.tv_nsec as u64) / 1_000_000
-}
-
-/// Unit tests read tokio's clock instead, so that activity times and timers agree
-/// under paused time (`start_paused`).
-#[cfg(test)]
-pub(crate) fn coarse_ms() -> u64 {
-    static BASE: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
-    let now = tokio::time::Instant::now();
-    let base = *BASE.get_or_init(|| now - std::time::Duration::from_secs(1));
-    now.saturating_duration_since(base).as_millis() as u64
-}
+pub(crate) use crate::time::coarse_ms;
 
 impl Clock {
     pub fn new() -> Self {

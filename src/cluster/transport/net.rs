@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 use super::codec::Codec;
 use super::frame::*;
 use crate::config::Carrier;
-use crate::proxy::UpgradeEndpoint;
+use crate::proxy::upgrade::UpgradeEndpoint;
 use crate::time::unix_secs;
 
 /// An incoming gossip connection: frames are only ever read from it.
