@@ -119,5 +119,5 @@ pub use exchange::{send, Answer, Interim};
 pub use pool::{Check, Pool};
 pub use request::{outgoing, Outgoing, ReqBody};
 pub use resolve::Resolver;
-pub use retry::SendFailure;
+pub use retry::{blames, decide, Attempt, FailedAt, RetryType, SendFailure};
 pub use upload::{finish_upload, Upload};
