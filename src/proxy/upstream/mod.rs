@@ -23,10 +23,10 @@
 //! owner waits on the socket. A backend named by host name is resolved once per
 //! `proxy.dns_ttl` ([`Resolver`]).
 //!
-//! One concept per file: [`connection`] (a backend connection), [`request`] (a
-//! request ready for the wire), [`exchange`] (sending it and reading the response head,
-//! with the early-answer sub-machine), [`upload`] (its body), [`body`] (the response
-//! body), [`pool`] and [`resolve`]; [`error`] says what failed and [`retry`] what may
+//! One concept per file: `connection` (a backend connection), `request` (a
+//! request ready for the wire), `exchange` (sending it and reading the response head,
+//! with the early-answer sub-machine), `upload` (its body), `body` (the response
+//! body), `pool` and `resolve`; `error` says what failed and `retry` what may
 //! be done about it (the retry decision table, in one function).
 //!
 //! # The exchange, as a decision table
