@@ -1,0 +1,166 @@
+//! Decoding a chunked response body out of a read buffer (RFC 9112 §7.1), trailer
+//! fields included.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::response::{ParseError, MAX_HEADERS};
+use super::write::allowed_trailers;
+
+/// Longest chunk-size line (with extensions), and most trailer bytes, accepted.
+pub(super) const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 64 * 1024;
+
+/// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions are
+/// read and dropped; trailer fields are kept ([`Chunked::take_trailers`]).
+#[derive(Debug, Default)]
+pub struct Chunked {
+    state: ChunkState,
+    /// Data bytes left in the current chunk.
+    left: u64,
+    /// Trailer bytes seen so far.
+    trailers: usize,
+    /// The trailer section as read (field lines, each with its CRLF).
+    trailer_lines: Option<BytesMut>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data,
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+/// What [`Chunked::decode`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    Data(Bytes),
+    /// More bytes are needed.
+    More,
+    /// The body ended (its last byte was taken from the buffer).
+    End,
+}
+
+impl Chunked {
+    pub fn is_done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// The trailer fields read after the last chunk, those a recipient may take (see
+    /// [`allowed_trailers`]); malformed ones are dropped whole, never half-read.
+    pub fn take_trailers(&mut self) -> Option<HeaderMap> {
+        let mut lines = self.trailer_lines.take()?;
+        lines.put_slice(b"\r\n");
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let Ok(httparse::Status::Complete((_, fields))) =
+            httparse::parse_headers(&lines, &mut slots)
+        else {
+            return None;
+        };
+        let mut map = HeaderMap::with_capacity(fields.len());
+        for f in fields {
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(f.name.as_bytes()),
+                HeaderValue::from_bytes(f.value),
+            ) else {
+                return None;
+            };
+            map.append(name, value);
+        }
+        allowed_trailers(map)
+    }
+
+    /// Take what `buf` holds of the body: the next data, or its end.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
+        loop {
+            match self.state {
+                ChunkState::Size => {
+                    let Some(line) = take_line(buf, MAX_CHUNK_LINE)? else {
+                        return Ok(Step::More);
+                    };
+                    let size = chunk_size(&line)?;
+                    if size == 0 {
+                        self.state = ChunkState::Trailers;
+                    } else {
+                        self.left = size;
+                        self.state = ChunkState::Data;
+                    }
+                }
+                ChunkState::Data => {
+                    if buf.is_empty() {
+                        return Ok(Step::More);
+                    }
+                    let n = (buf.len() as u64).min(self.left) as usize;
+                    self.left -= n as u64;
+                    if self.left == 0 {
+                        self.state = ChunkState::DataEnd;
+                    }
+                    return Ok(Step::Data(buf.split_to(n).freeze()));
+                }
+                ChunkState::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::More);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(ParseError::Chunked("chunk not followed by CRLF"));
+                    }
+                    buf.advance(2);
+                    self.state = ChunkState::Size;
+                }
+                ChunkState::Trailers => {
+                    let Some(line) = take_line(buf, MAX_TRAILERS)? else {
+                        return Ok(Step::More);
+                    };
+                    self.trailers += line.len() + 2;
+                    if self.trailers > MAX_TRAILERS {
+                        return Err(ParseError::Chunked("trailers too large"));
+                    }
+                    if line.is_empty() {
+                        self.state = ChunkState::Done;
+                        return Ok(Step::End);
+                    }
+                    let lines = self.trailer_lines.get_or_insert_with(BytesMut::new);
+                    lines.put_slice(&line);
+                    lines.put_slice(b"\r\n");
+                }
+                ChunkState::Done => return Ok(Step::End),
+            }
+        }
+    }
+}
+
+/// A CRLF-terminated line out of `buf` (without the CRLF), if complete.
+fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseError> {
+    match buf.iter().take(max + 2).position(|&b| b == b'\n') {
+        Some(i) => {
+            if i == 0 || buf[i - 1] != b'\r' {
+                return Err(ParseError::Chunked("line not ended by CRLF"));
+            }
+            let mut line = buf.split_to(i + 1);
+            line.truncate(i - 1);
+            Ok(Some(line))
+        }
+        None if buf.len() > max => Err(ParseError::Chunked("line too long")),
+        None => Ok(None),
+    }
+}
+
+/// The size of a chunk-size line: hex digits, then optional whitespace and extensions.
+fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(ParseError::Chunked("no chunk size"));
+    }
+    if digits > 15 {
+        return Err(ParseError::Chunked("chunk size too large"));
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest[0] == b';') {
+        return Err(ParseError::Chunked("invalid chunk size"));
+    }
+    let hex = std::str::from_utf8(&line[..digits]).map_err(|_| ParseError::Chunked("size"))?;
+    u64::from_str_radix(hex, 16).map_err(|_| ParseError::Chunked("invalid chunk size"))
+}
