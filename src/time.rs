@@ -12,6 +12,14 @@ pub fn unix_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Unix time, microseconds (0 if the clock is before 1970).
+pub fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
 /// Unix time, milliseconds (0 if the clock is before 1970).
 pub fn unix_ms() -> u64 {
     SystemTime::now()

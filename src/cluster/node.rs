@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use chitchat::{spawn_chitchat, ChitchatHandle, ChitchatId, ListenerHandle};
@@ -79,10 +79,7 @@ impl Cluster {
         let upgrade = transport
             .upgrade_endpoint()
             .map(|u| u as Arc<dyn crate::proxy::upgrade::UpgradeEndpoint>);
-        let generation = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
+        let generation = crate::time::unix_ms();
         let settings = NodeSettings {
             self_id,
             cluster_id: cfg.id.clone(),

@@ -3,7 +3,6 @@
 //! check loops run.
 
 use std::future::Future;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{header, HeaderValue, Request};
 use http_body_util::BodyExt;
@@ -46,12 +45,7 @@ pub type CheckConn = Option<SendRequest<ReqBody>>;
 /// body is not read, and its connection is closed.
 const CHECK_BODY_KEEP: usize = 64 * 1024;
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::time::unix_secs as unix_now;
 
 impl Checker for HttpChecker {
     type Conn = CheckConn;

@@ -14,7 +14,9 @@ use tracing::debug;
 use super::error::ForwardError;
 use super::h1::ReqFraming;
 use super::shared::Settings;
-use super::upstream::{self, Answer, Check, Conn, Outgoing, ReqBody, SendError, SendFailure};
+use super::upstream::{
+    self, Answer, Check, Conn, FailedAt, Outgoing, ReqBody, RetryType, SendFailure,
+};
 use super::wait::{Phase, Wait};
 use crate::routing::Backend;
 
@@ -120,36 +122,48 @@ pub(super) async fn send_once(
                 wait.idle();
                 return Ok((answer, up));
             }
-            // A pooled connection the backend had closed: the request never left.
-            Ok(Err(SendFailure::NotSent(back, _))) if !fresh => req = *back,
-            Ok(Err(SendFailure::NotSent(back, e))) => {
-                backend
-                    .stats
-                    .response_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(Failed::NotSent(back, ForwardError::Upstream(e)));
-            }
-            Ok(Err(SendFailure::Sent(e @ (SendError::ClientBody(_) | SendError::BodyLength)))) => {
-                return Err(Failed::Sent(ForwardError::ClientBody(e)));
-            }
-            Ok(Err(SendFailure::Sent(e))) => {
-                // A pooled connection the backend closed as the request went out: not
-                // one byte came back.
-                let closed_under = matches!(e, SendError::Closed | SendError::Io(_))
-                    && !fresh
-                    && !resent
-                    && up.answered_nothing();
-                if let Some(r) = replay.filter(|_| closed_under) {
-                    debug!(backend = %backend.name(), error = %e, "pooled connection closed under the request, sending it again on a new one");
-                    resent = true;
-                    req = r.request();
-                    continue;
+            Ok(Err(failure)) => {
+                // Whether and where to try again is decided once, on the failure itself
+                // (`upstream::retry`, a table test of every case).
+                let at = failure.failed_at(&up);
+                let retry = upstream::decide(
+                    at,
+                    upstream::Attempt {
+                        reused: !fresh,
+                        resent,
+                        replayable: replay.is_some(),
+                    },
+                );
+                match (failure, retry, replay) {
+                    // A pooled connection the backend had closed: the request never left.
+                    (SendFailure::NotSent(back, _), RetryType::NextConnection, _) => {
+                        req = *back;
+                    }
+                    // A pooled connection the backend closed as the request went out:
+                    // not one byte came back.
+                    (SendFailure::Sent(e), RetryType::Resend, Some(r)) => {
+                        debug!(backend = %backend.name(), error = %e, "pooled connection closed under the request, sending it again on a new one");
+                        resent = true;
+                        req = r.request();
+                    }
+                    (SendFailure::Sent(e), _, _) if at == FailedAt::ClientBody => {
+                        return Err(Failed::Sent(ForwardError::ClientBody(e)));
+                    }
+                    (SendFailure::NotSent(back, e), _, _) => {
+                        backend
+                            .stats
+                            .response_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err(Failed::NotSent(back, ForwardError::Upstream(e)));
+                    }
+                    (SendFailure::Sent(e), _, _) => {
+                        backend
+                            .stats
+                            .response_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err(Failed::Sent(ForwardError::Upstream(e)));
+                    }
                 }
-                backend
-                    .stats
-                    .response_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(Failed::Sent(ForwardError::Upstream(e)));
             }
         }
     }

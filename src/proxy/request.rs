@@ -5,7 +5,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::{header, Method, Request, Response};
 use http_body::Body as _;
@@ -89,12 +88,7 @@ fn backend_name(b: &Option<Arc<Backend>>) -> &str {
 type ForwardResult =
     Result<(Response<ProxyBody>, Option<Arc<Backend>>), (ForwardError, Option<Arc<Backend>>)>;
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use crate::time::unix_secs as unix_now;
 
 async fn forward(
     conn: &Arc<ConnState>,

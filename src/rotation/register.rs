@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -103,10 +103,7 @@ pub use crate::time::unix_ms;
 
 impl Hlc {
     pub fn now(&self) -> u64 {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
+        let wall = crate::time::unix_us();
         let mut last = self.last.load(Ordering::Relaxed);
         loop {
             let next = wall.max(last.saturating_add(1));
