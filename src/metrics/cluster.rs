@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::family::{counter, counter_f64, family, gauge, labels};
 
+/// Counters of rotate commands taken by this balancer.
 #[derive(Debug, Default)]
 pub struct RotationCounters {
     pub out_ok: AtomicU64,

@@ -2,7 +2,7 @@
 //! format 0.0.4 from a scraper's `Accept` ([`negotiate`]), and turning the encoded
 //! OpenMetrics text into the text format ([`to_text_004`]).
 
-/// Content type of [`Metrics::encode`]'s output.
+/// Content type of [`Metrics::encode`](super::Metrics::encode)'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content type of the classic text format ([`to_text_004`]).
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -19,6 +19,9 @@
 //! still real: what a balancer costs is process CPU per balancer per virtual second.
 //! `examples/cluster_sim.rs` measures configurations into `bench/CLUSTER.md`;
 //! `tests/cluster_sim.rs` runs a small one in CI.
+//!
+//! [`Transport`]: chitchat::transport::Transport
+//! [`ChannelTransport`]: chitchat::transport::ChannelTransport
 
 mod net;
 mod node;

@@ -11,6 +11,8 @@
 //! HAProxy does, a field that has no value for a row type (or that gearlb does not
 //! measure) is left empty, the header line starts with `# `, and every line ends with a
 //! comma.
+//!
+//! [`StatusReport`]: crate::report::StatusReport
 
 mod fields;
 mod filter;

@@ -5,6 +5,8 @@
 //! status listener sends a Content-Security-Policy that forbids them anyway). Every value
 //! taken from the report goes through [`esc`]. Optional auto-refresh is a
 //! `<meta http-equiv="refresh">`.
+//!
+//! [`StatusReport`]: crate::report::StatusReport
 
 mod chart;
 mod format;

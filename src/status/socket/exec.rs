@@ -45,8 +45,6 @@ pub(super) fn no_empty_lines(mut s: String) -> String {
     s
 }
 
-/// Serve the stats socket until `shutdown`; then remove the socket file. `listener` is
-
 /// Carry out one line: the text to send back, the mode after it, and whether `quit`
 /// ended the connection.
 pub async fn run_line<S: Source>(

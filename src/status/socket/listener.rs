@@ -26,6 +26,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more are closed at once.
 pub const MAX_CLIENTS: usize = 16;
 
+/// Serve the stats socket until `shutdown`; then remove the socket file. `listener` is
 /// bound with [`crate::control::bind_socket`].
 pub async fn serve<S: Source>(
     listener: UnixListener,
