@@ -1,0 +1,321 @@
+//! The proxy's metrics ([`CoreCollector`]): frontend and backend metrics read at scrape
+//! time from the request path's relaxed counters ([`crate::stats`]) and the routing snapshot.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use super::family::{counter, family, gauge, labels, Labels, CLASSES};
+use crate::routing::{BackendState, Router};
+use crate::stats::latency::BUCKETS_SECS;
+use crate::stats::FrontendStats;
+
+/// Frontend and backend metrics, read from the live counters at scrape time.
+pub struct CoreCollector {
+    pub(super) router: Arc<Router>,
+    pub(super) frontend: Arc<FrontendStats>,
+    pub(super) start_unix: u64,
+}
+
+impl fmt::Debug for CoreCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoreCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for CoreCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let f = &*self.frontend;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let e = &mut enc;
+
+        gauge(
+            e,
+            "gearlb_start_time_seconds",
+            "Unix time the balancer started.",
+            i64::try_from(self.start_unix).unwrap_or(i64::MAX),
+        )?;
+
+        // Frontend (client side).
+        let fg = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        gauge(
+            e,
+            "gearlb_frontend_connections",
+            "Client connections open now, upgraded ones (WebSocket tunnels) included.",
+            fg(r(&f.connections_current)),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_connections_accepted",
+            "Client connections accepted.",
+            r(&f.connections_total),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_connections_refused",
+            "Client connections closed at once because limits.max_connections was reached.",
+            r(&f.connections_refused),
+        )?;
+        gauge(
+            e,
+            "gearlb_frontend_connections_parked",
+            "Idle keep-alive client connections holding no HTTP buffers now.",
+            fg(r(&f.connections_parked)),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_client_timeouts",
+            "Client connections closed for inactivity (timeouts.client).",
+            r(&f.client_timeouts),
+        )?;
+        gauge(
+            e,
+            "gearlb_frontend_requests_in_flight",
+            "Client requests being handled now.",
+            fg(r(&f.requests_current)),
+        )?;
+        gauge(
+            e,
+            "gearlb_frontend_tunnels",
+            "Upgraded client connections (WebSocket) whose tunnel is open now; each is \
+             also one of gearlb_frontend_connections.",
+            fg(r(&f.tunnels_current)),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_requests",
+            "Client requests received.",
+            r(&f.requests_total),
+        )?;
+        let by_class: Vec<(Labels, u64)> = CLASSES
+            .iter()
+            .zip(&f.responses)
+            .map(|(c, a)| (labels(&[("class", c)]), r(a)))
+            .collect();
+        family(
+            e,
+            "gearlb_frontend_responses",
+            "Responses sent to clients, by status class.",
+            MetricType::Counter,
+            &by_class,
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_no_backend",
+            "Requests answered 503 by the balancer because no backend was available.",
+            r(&f.no_backend),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_received_bytes",
+            "Bytes read from client connections.",
+            r(&f.traffic.received),
+        )?;
+        counter(
+            e,
+            "gearlb_frontend_sent_bytes",
+            "Bytes written to client connections.",
+            r(&f.traffic.sent),
+        )?;
+
+        // Backends (the web gears).
+        let table = self.router.snapshot();
+        let entries = table.entries();
+        let each = |get: &dyn Fn(&crate::routing::Entry) -> u64| -> Vec<(Labels, u64)> {
+            entries
+                .iter()
+                .map(|en| (labels(&[("backend", en.backend.name())]), get(en)))
+                .collect()
+        };
+        family(
+            e,
+            "gearlb_backend_requests",
+            "Requests sent to the backend.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.stats.requests)),
+        )?;
+        let mut responses = Vec::new();
+        for en in entries {
+            for (c, a) in CLASSES.iter().zip(&en.backend.stats.responses) {
+                responses.push((
+                    labels(&[("backend", en.backend.name()), ("class", c)]),
+                    r(a),
+                ));
+            }
+        }
+        family(
+            e,
+            "gearlb_backend_responses",
+            "Responses received from the backend, by status class.",
+            MetricType::Counter,
+            &responses,
+        )?;
+        let mut errors = Vec::new();
+        for en in entries {
+            let s = &en.backend.stats;
+            for (kind, a) in [
+                ("connect", &s.connect_errors),
+                ("response", &s.response_errors),
+                ("timeout", &s.timeouts),
+            ] {
+                errors.push((
+                    labels(&[("backend", en.backend.name()), ("kind", kind)]),
+                    r(a),
+                ));
+            }
+        }
+        family(
+            e,
+            "gearlb_backend_errors",
+            "Failed requests: connect (could not connect), response (failed after \
+             connecting), timeout (no response head within timeouts.server).",
+            MetricType::Counter,
+            &errors,
+        )?;
+        family(
+            e,
+            "gearlb_backend_redispatches",
+            "Requests moved to another backend after this one failed them.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.stats.redispatches)),
+        )?;
+        family(
+            e,
+            "gearlb_backend_sessions",
+            "Sessions on the backend (HAProxy scur): requests in flight and open tunnels.",
+            MetricType::Gauge,
+            &each(&|en| en.backend.outstanding()),
+        )?;
+        family(
+            e,
+            "gearlb_backend_requests_in_flight",
+            "Requests sent to the backend and not yet answered in full.",
+            MetricType::Gauge,
+            &each(&|en| {
+                en.backend
+                    .outstanding()
+                    .saturating_sub(r(&en.backend.tunnels))
+            }),
+        )?;
+        family(
+            e,
+            "gearlb_backend_tunnels",
+            "Upgraded connections (WebSocket) open to the backend.",
+            MetricType::Gauge,
+            &each(&|en| r(&en.backend.tunnels)),
+        )?;
+        family(
+            e,
+            "gearlb_backend_connections",
+            "Connections open to the backend (busy and idle).",
+            MetricType::Gauge,
+            &each(&|en| en.backend.pool.open_connections()),
+        )?;
+        family(
+            e,
+            "gearlb_backend_connections_opened",
+            "Connections opened to the backend for requests. Against gearlb_backend_requests: \
+             the share of requests that found no pooled connection to reuse.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.stats.connections_opened)),
+        )?;
+        family(
+            e,
+            "gearlb_backend_connections_idle",
+            "Idle pooled connections to the backend.",
+            MetricType::Gauge,
+            &each(&|en| en.backend.pool.idle_connections() as u64),
+        )?;
+        let mut states = Vec::new();
+        for en in entries {
+            let now = en.state();
+            for (label, s) in [
+                ("up", BackendState::Up),
+                ("down", BackendState::Down),
+                ("draining", BackendState::Draining),
+                ("drained", BackendState::Drained),
+            ] {
+                states.push((
+                    labels(&[("backend", en.backend.name()), ("state", label)]),
+                    u64::from(now == s),
+                ));
+            }
+        }
+        family(
+            e,
+            "gearlb_backend_state",
+            "1 for the backend's current state (up, down, draining, drained), else 0.",
+            MetricType::Gauge,
+            &states,
+        )?;
+        family(
+            e,
+            "gearlb_backend_in_subset",
+            "1 when the backend is in this balancer's subset, 0 when it is a backup.",
+            MetricType::Gauge,
+            &each(&|en| u64::from(en.in_subset)),
+        )?;
+        let mut checks = Vec::new();
+        for en in entries {
+            let s = &en.backend.stats;
+            for (result, a) in [("ok", &s.checks_ok), ("fail", &s.checks_failed)] {
+                checks.push((
+                    labels(&[("backend", en.backend.name()), ("result", result)]),
+                    r(a),
+                ));
+            }
+        }
+        family(
+            e,
+            "gearlb_backend_health_checks",
+            "Active health checks, by result.",
+            MetricType::Counter,
+            &checks,
+        )?;
+        family(
+            e,
+            "gearlb_backend_down_transitions",
+            "Times the backend went from up to down.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.stats.went_down)),
+        )?;
+        family(
+            e,
+            "gearlb_backend_sent_bytes",
+            "Bytes written to the backend's connections.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.pool.traffic().sent)),
+        )?;
+        family(
+            e,
+            "gearlb_backend_received_bytes",
+            "Bytes read from the backend's connections.",
+            MetricType::Counter,
+            &each(&|en| r(&en.backend.pool.traffic().received)),
+        )?;
+
+        let mut m = e.encode_descriptor(
+            "gearlb_backend_response_head_seconds",
+            "Time from handing a request to the backend to its response head.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for en in entries {
+            let h = en.backend.stats.latency.snapshot();
+            let buckets: Vec<(f64, u64)> = h
+                .counts
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (BUCKETS_SECS.get(i).copied().unwrap_or(f64::INFINITY), *n))
+                .collect();
+            let l = labels(&[("backend", en.backend.name())]);
+            let mut s = m.encode_family(&l)?;
+            s.encode_histogram::<NoLabelSet>(h.sum_secs(), h.count(), &buckets, None)?;
+        }
+        Ok(())
+    }
+}

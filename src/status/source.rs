@@ -1,0 +1,18 @@
+//! What the status listener and the stats socket read: the application's
+//! [`StatusSource`], and the listener's own counters ([`ListenerStats`]).
+
+use crate::report::StatusReport;
+use crate::stats::FrontendStats;
+
+/// The status listener's own counters (`status_listener` in the report): the proxy's
+/// frontend counters, without a connection limit.
+pub type ListenerStats = FrontendStats;
+
+/// What the status listener needs from the application.
+pub trait StatusSource: Send + Sync + 'static {
+    fn report(&self) -> StatusReport;
+    /// True while at least one backend can take a request.
+    fn healthy(&self) -> bool;
+    /// The Prometheus exposition ([`crate::metrics::Metrics::encode`]).
+    fn metrics(&self) -> Result<String, std::fmt::Error>;
+}
