@@ -45,7 +45,7 @@ pub struct FrontendStats {
     pub connections_refused: AtomicU64,
     /// Connections closed for client inactivity (`timeouts.client`).
     pub client_timeouts: AtomicU64,
-    /// Idle keep-alive connections holding no HTTP state now (see `proxy::client`).
+    /// Idle keep-alive connections holding no HTTP state now (see `proxy::downstream`).
     pub connections_parked: AtomicU64,
     pub requests_total: AtomicU64,
     pub requests_current: AtomicU64,

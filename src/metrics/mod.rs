@@ -11,7 +11,7 @@
 //!
 //! Extension point: a later feature (cluster, rotations, scaler) implements
 //! [`prometheus_client::collector::Collector`] over its own state and adds it with
-//! [`Metrics::register`] while the balancer is assembled (`server`). Its metric names
+//! [`Metrics::register`] while the balancer is assembled (`app`). Its metric names
 //! start with `gearlb_<feature>_`.
 
 mod cluster;

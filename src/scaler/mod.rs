@@ -26,7 +26,7 @@
 
 pub mod broker;
 mod driver;
-mod election;
+pub mod election;
 pub mod event;
 pub mod failures;
 pub mod policy;
