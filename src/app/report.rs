@@ -4,7 +4,7 @@
 
 use crate::cluster::ClusterView;
 use crate::report::{self, FrontendReport, HealthReport, StatusReport};
-use crate::rotation::{self, AckState, Op};
+use crate::rotation::{self, Op};
 use crate::status::StatusSource;
 
 use super::shared::App;
@@ -66,10 +66,7 @@ impl App {
             .filter(|o| o.op == Op::Out || now_us.saturating_sub(o.ts) < 300_000_000)
             .map(|o| {
                 let epoch = o.epoch();
-                let done = match o.op {
-                    Op::Out => AckState::Drained,
-                    Op::In => AckState::Active,
-                };
+                let done = rotation::complete::done_state(o.op);
                 let mut total = 1;
                 let mut finished = u32::from(
                     own.get(&o.gear)
