@@ -19,7 +19,7 @@ pub fn failure_timeout(gossip_interval: Duration) -> Duration {
 /// chitchat's configuration for one balancer.
 ///
 /// chitchat's own failure detector only chooses gossip targets here (the view's
-/// liveness is [`liveness`]'s), but a target wrongly thought dead is gossiped with
+/// liveness is [`liveness`](super::liveness)'s), but a target wrongly thought dead is gossiped with
 /// less, so it is tuned to agree with ours. It declares a node dead after
 /// `phi_threshold` × the mean interval between heartbeats seen, smoothed towards
 /// `initial_interval` with a weight of 5 samples: with a window of 10 samples and a

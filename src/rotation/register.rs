@@ -208,7 +208,7 @@ impl Rotations {
         self.acks_changed.subscribe()
     }
 
-    /// Ask [`run`] to gossip the op of `epoch` to every live peer as soon as it is
+    /// Ask [`run`](super::drain::run) to gossip the op of `epoch` to every live peer as soon as it is
     /// published (the balancer that took a command, once: peers then have it after one
     /// round trip instead of a few gossip rounds).
     pub fn fan_out(&self, epoch: String) {

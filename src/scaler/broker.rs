@@ -96,7 +96,7 @@ const EXCERPT_CHARS: usize = 200;
 
 /// A short, single-line form of an error answer: the texts of the broker's JSON
 /// `messages` when it has them, else the body, control characters and runs of white
-/// space made one space, cut to [`EXCERPT_CHARS`].
+/// space made one space, cut to `EXCERPT_CHARS`.
 pub fn excerpt(body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Messages {

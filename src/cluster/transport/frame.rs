@@ -160,7 +160,7 @@ impl Auth {
     }
 
     /// Whether `value` is a handshake proof of this cluster made within
-    /// [`HANDSHAKE_WINDOW_SECS`] of `now_secs`.
+    /// `HANDSHAKE_WINDOW_SECS` (15 minutes) of `now_secs`.
     pub fn check_handshake(&self, value: &[u8], now_secs: u64) -> bool {
         let Ok(text) = std::str::from_utf8(value) else {
             return false;

@@ -8,7 +8,7 @@
 //! one cached connection per peer to the peer's public HTTP address, asks for
 //! `Upgrade: gearlb-gossip/1` with an authenticated handshake ([`Auth::handshake`]),
 //! and after the `101` writes frames on it; the peer's proxy hands such connections
-//! over ([`GossipUpgrade`], an [`UpgradeEndpoint`]) and no request asking for that
+//! over ([`GossipUpgrade`], an [`UpgradeEndpoint`](crate::proxy::UpgradeEndpoint)) and no request asking for that
 //! protocol ever reaches a web gear. [`Carrier::Tcp`] and [`Carrier::Udp`] carry the
 //! same frames on a port of their own (`cluster.listen`, standalone set-ups). Incoming
 //! connections only ever carry frames towards this balancer; replies go out on its own

@@ -89,7 +89,7 @@ impl UpBody {
     }
 
     /// The connection and the rest of the upload, once the response is complete while
-    /// the backend still takes the request body (see [`finish_upload`]); and whether
+    /// the backend still takes the request body (see [`finish_upload`](super::finish_upload)); and whether
     /// the connection may carry another request after it.
     pub fn take_unfinished_upload(&mut self) -> Option<(Conn, Box<Upload>, bool)> {
         if !self.is_done() || self.upload_broken {

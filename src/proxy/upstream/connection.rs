@@ -212,7 +212,7 @@ impl Conn {
         )
     }
 
-    /// Not one byte came back since the last request was sent: when [`send`] then
+    /// Not one byte came back since the last request was sent: when [`send`](super::send) then
     /// fails on a pooled connection, the backend closed it as the request went out (its
     /// keep-alive timeout, a restart), not while it was answering.
     pub fn answered_nothing(&self) -> bool {

@@ -33,7 +33,7 @@ pub enum SendError {
     ClientBody(hyper::Error),
     #[error("request body longer or shorter than its Content-Length")]
     BodyLength,
-    /// A wait ran out ([`Wait`]): on the backend (`504`), or on the client's body.
+    /// A wait ran out ([`Wait`](crate::proxy::wait::Wait)): on the backend (`504`), or on the client's body.
     #[error("no progress within the {0:?} timeout")]
     Timeout(Phase),
 }

@@ -27,7 +27,7 @@ pub(super) const MAX_INTERIM: usize = 32;
 
 /// A backend's final response head, and the rest of the request body when the backend
 /// answered before it had all of it (rows 5 and 6 of the table in the module docs): it
-/// goes on alongside the response body ([`UpBody`]).
+/// goes on alongside the response body ([`UpBody`](super::UpBody)).
 #[derive(Debug)]
 pub struct Answer {
     pub head: Head,
@@ -40,7 +40,7 @@ pub type Interim<'a> = Option<&'a (dyn Fn(&Head) + Sync)>;
 /// Send `req` on `conn` and read the response head. Interim responses are handed to
 /// `interim` (`100 Continue` excepted: the balancer answers `Expect` itself); `wait`
 /// says what the exchange waits on, for its timekeeper (see [`Wait`]). The body, if
-/// any, is then read with [`UpBody`].
+/// any, is then read with [`UpBody`](super::UpBody).
 pub async fn send(
     conn: &mut Conn,
     req: Outgoing,

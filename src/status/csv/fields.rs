@@ -106,7 +106,7 @@ pub fn proxy_id(name: &str) -> Option<u32> {
     }
 }
 
-/// Row types of [`Filter::types`], as HAProxy's `show stat <iid> <type> <sid>`.
+/// Row types of [`Filter::types`](super::Filter::types), as HAProxy's `show stat <iid> <type> <sid>`.
 pub const TYPE_FRONTEND: u32 = 1;
 pub const TYPE_BACKEND: u32 = 2;
 pub const TYPE_SERVER: u32 = 4;
