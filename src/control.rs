@@ -166,33 +166,14 @@ pub async fn serve<H: Handler>(
     shutdown: CancellationToken,
 ) {
     let me = rustix::process::geteuid().as_raw();
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    warn!(error = %e, "control socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+    while let Some(accepted) = accept_local(&listener, me, &shutdown, "control").await {
+        let stream = match accepted {
+            Ok(stream) => stream,
+            Err((stream, uid)) => {
+                tokio::spawn(refuse(stream, uid, me));
+                continue;
+            }
         };
-        match stream.peer_cred() {
-            Ok(cred) if peer_allowed(cred.uid(), me) => {}
-            Ok(cred) => {
-                warn!(
-                    uid = cred.uid(),
-                    "control connection from another user refused"
-                );
-                tokio::spawn(refuse(stream, cred.uid(), me));
-                continue;
-            }
-            Err(e) => {
-                warn!(error = %e, "control connection without credentials refused");
-                continue;
-            }
-        }
         let handler = handler.clone();
         tokio::spawn(async move {
             if let Err(e) = serve_one(stream, &*handler).await {
@@ -207,6 +188,43 @@ pub async fn serve<H: Handler>(
 /// The access rule of gearlb's local sockets: the balancer's own user (`me`) or root.
 pub fn peer_allowed(uid: u32, me: u32) -> bool {
     uid == me || uid == 0
+}
+
+/// The next connection on one of gearlb's local sockets (`what`: `control`, `stats
+/// socket`), or `None` at `shutdown`: `Ok` from the balancer's own user or root
+/// ([`peer_allowed`]), `Err` with the caller's uid from any other user (logged; the
+/// caller answers it). Accept errors (after a short pause) and connections without
+/// credentials are logged and skipped.
+pub async fn accept_local(
+    listener: &UnixListener,
+    me: u32,
+    shutdown: &CancellationToken,
+    what: &str,
+) -> Option<Result<UnixStream, (UnixStream, u32)>> {
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    warn!(error = %e, "{what} accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        match stream.peer_cred() {
+            Ok(cred) if peer_allowed(cred.uid(), me) => return Some(Ok(stream)),
+            Ok(cred) => {
+                warn!(
+                    uid = cred.uid(),
+                    "{what} connection from another user refused"
+                );
+                return Some(Err((stream, cred.uid())));
+            }
+            Err(e) => warn!(error = %e, "{what} connection without credentials refused"),
+        }
+    }
 }
 
 /// Tell a caller of another user why nothing was done: its request is read (briefly,

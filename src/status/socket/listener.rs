@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::command::Mode;
 use super::exec::{run_line, Source};
@@ -36,33 +36,16 @@ pub async fn serve<S: Source>(
 ) {
     let me = rustix::process::geteuid().as_raw();
     let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    warn!(error = %e, "stats socket accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        match stream.peer_cred() {
-            Ok(cred) if crate::control::peer_allowed(cred.uid(), me) => {}
-            Ok(cred) => {
-                warn!(
-                    uid = cred.uid(),
-                    "stats socket connection from another user refused"
-                );
+    while let Some(accepted) =
+        crate::control::accept_local(&listener, me, &shutdown, "stats socket").await
+    {
+        let stream = match accepted {
+            Ok(stream) => stream,
+            Err((stream, _)) => {
                 tokio::spawn(refuse(stream));
                 continue;
             }
-            Err(e) => {
-                warn!(error = %e, "stats socket connection without credentials refused");
-                continue;
-            }
-        }
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             debug!("stats socket: {MAX_CLIENTS} connections already, one closed");
             continue;
