@@ -186,7 +186,7 @@ impl Default for BackendStats {
             checks_ok: AtomicU64::new(0),
             checks_failed: AtomicU64::new(0),
             went_down: AtomicU64::new(0),
-            last_change: AtomicU64::new(unix_now()),
+            last_change: AtomicU64::new(crate::time::unix_secs()),
             downtime_before: AtomicU64::new(0),
         }
     }
@@ -230,7 +230,7 @@ impl BackendStats {
 
     /// The backend's health changed (health supervisor only).
     pub fn health_changed(&self, up: bool) {
-        let now = unix_now();
+        let now = crate::time::unix_secs();
         let since = self.last_change.swap(now, Ordering::Relaxed);
         if up {
             self.downtime_before

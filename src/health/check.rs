@@ -45,7 +45,7 @@ pub type CheckConn = Option<SendRequest<ReqBody>>;
 /// body is not read, and its connection is closed.
 const CHECK_BODY_KEEP: usize = 64 * 1024;
 
-use crate::time::unix_secs as unix_now;
+use crate::time::unix_secs;
 
 impl Checker for HttpChecker {
     type Conn = CheckConn;
@@ -73,7 +73,7 @@ impl Checker for HttpChecker {
             ok,
             result,
             ms: started.elapsed().as_millis() as u64,
-            at: unix_now(),
+            at: unix_secs(),
         }
     }
 }

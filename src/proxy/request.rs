@@ -88,7 +88,7 @@ fn backend_name(b: &Option<Arc<Backend>>) -> &str {
 type ForwardResult =
     Result<(Response<ProxyBody>, Option<Arc<Backend>>), (ForwardError, Option<Arc<Backend>>)>;
 
-use crate::time::unix_secs as unix_now;
+use crate::time::unix_secs;
 
 async fn forward(
     conn: &Arc<ConnState>,
@@ -139,7 +139,7 @@ async fn forward(
 
     // Wall-clock time only matters to sealed cookies.
     let sealed = sticky.is_some_and(Sticky::is_sealed);
-    let now = if sealed { unix_now() } else { 0 };
+    let now = if sealed { unix_secs() } else { 0 };
     let pinned = match (sticky, cookie) {
         (Some(s), Some(raw)) => s
             .decode(&raw, now)

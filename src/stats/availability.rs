@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::unix_secs as unix_now;
+use crate::time::unix_secs;
 
 /// Availability of the backend set and its transitions.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ impl Availability {
         Availability {
             available: AtomicBool::new(available),
             went_down: AtomicU64::new(0),
-            last_change: AtomicU64::new(unix_now()),
+            last_change: AtomicU64::new(unix_secs()),
             downtime_before: AtomicU64::new(0),
         }
     }
@@ -52,7 +52,7 @@ impl Availability {
     /// The backend set is now `available` or not; counts a transition when it changed.
     /// Called by the router's single writer, so a swap is enough to see each change once.
     pub fn observe(&self, available: bool) {
-        self.observe_at(available, unix_now());
+        self.observe_at(available, unix_secs());
     }
 
     fn observe_at(&self, available: bool, now: u64) {
@@ -69,7 +69,7 @@ impl Availability {
     }
 
     pub fn report(&self) -> AvailabilityReport {
-        self.report_at(unix_now())
+        self.report_at(unix_secs())
     }
 
     fn report_at(&self, now: u64) -> AvailabilityReport {
