@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# bench/cluster_sim.sh - the cluster simulator (examples/cluster_sim.rs) over the sizes of
+# bench/cluster_sim.sh - the cluster simulator (crates/sim/examples/cluster_sim.rs) over the sizes of
 # bench/CLUSTER.md, one JSON line per run into $OUT, then a Markdown table on stdout.
 #
 # Usage: bash bench/cluster_sim.sh            (CONFIGS="M:N:C ..." ROUNDS=20 OUT=file)
 #
 # Every run is one process on virtual time (tokio's paused clock), so protocol timings
 # do not depend on this host; CPU figures are real CPU time per balancer per virtual
-# second (idle) or per rotate command. Not run in CI (tests/cluster_sim.rs is).
+# second (idle) or per rotate command. Not run in CI (crates/sim/tests/cluster_sim.rs is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIGS=${CONFIGS:-"3:1000:100 10:1000:100 30:1000:100 100:1000:100 30:10000:100 10:1000:10 300:1000:100"}
 ROUNDS=${ROUNDS:-20}
 OUT=${OUT:-target/cluster_sim.jsonl}
-cargo build --release --quiet --example cluster_sim
+cargo build --release --quiet -p gearlb-sim --example cluster_sim
 BIN=target/release/examples/cluster_sim
 : > "$OUT"
 for c in $CONFIGS; do

@@ -977,7 +977,7 @@ scenario_setup() {
 ensure_binary() {
     local stale=""
     if [[ -x $GEARLB_BIN ]]; then
-        stale=$(find "$REPO/src" "$REPO/Cargo.toml" -newer "$GEARLB_BIN" \
+        stale=$(find "$REPO/src" "$REPO/crates" "$REPO/Cargo.toml" -newer "$GEARLB_BIN" \
             -print -quit 2>/dev/null || true)
         [[ -z $stale ]] && return 0
     fi
@@ -990,7 +990,7 @@ ensure_binary() {
         die "$GEARLB_BIN missing or stale, and it is not this repo's release binary"
     need cargo "(install Rust: https://rustup.rs)"
     log "building gearlb: cargo build --release${stale:+ ($stale is newer than the binary)}"
-    (cd "$REPO" && cargo build --release) || die "cargo build --release failed"
+    (cd "$REPO" && cargo build --release -p gearlb --bin gearlb) || die "cargo build --release failed"
 }
 
 ensure_tools() {

@@ -40,7 +40,7 @@ zig_tools() {
 bin="${GEARLB_BIN:-}"
 if [ -z "$bin" ]; then
   zig_tools
-  (cd "$root" && cargo zigbuild --release --locked --quiet --target "$triple.$glibc")
+  (cd "$root" && cargo zigbuild --release --locked --quiet -p gearlb --bin gearlb --target "$triple.$glibc")
   built="$target_dir/$triple/release/gearlb"
   bin="$target_dir/$triple/release/gearlb.stripped"
   strip -o "$bin" "$built"

@@ -36,9 +36,8 @@ fn main() {
         let mut best = f64::MAX;
         let mut distinct = 0;
         for _round in 0..5 {
-            for e in r.load().entries() {
-                e.backend
-                    .stats
+            for t in r.load().targets() {
+                t.stats
                     .outstanding
                     .store(fastrand::u64(0..4), Ordering::Relaxed);
             }

@@ -71,21 +71,25 @@ pub mod app;
 pub mod cartridge;
 pub mod cli;
 pub mod cluster;
-pub mod config;
 pub mod control;
 pub mod demo;
-pub mod gear;
-pub mod health;
 pub mod memory;
 pub mod metrics;
-pub mod proxy;
 pub mod report;
 pub mod rotation;
-pub mod routing;
 pub mod scaler;
-pub mod sim;
 pub mod state;
-pub mod stats;
 pub mod status;
-pub mod time;
-pub mod tls;
+
+// The layers below, under the names the application (and its tests, examples and fuzz
+// targets) have always used.
+pub use gearlb_core::{config, gear, time};
+pub use gearlb_proxy as proxy;
+pub use gearlb_proxy::{health, stats, tls};
+
+/// The routing table and selection (`gearlb_core::routing`, pure) with the snapshot's
+/// publisher and each backend's data-plane state (`gearlb_proxy::router`).
+pub mod routing {
+    pub use gearlb_core::routing::*;
+    pub use gearlb_proxy::router::{Change, Router, Snapshot, Target};
+}

@@ -32,7 +32,7 @@ pub fn due(last: u64, now: u64, every_ms: u64) -> bool {
 /// Called by the runtime just before a worker thread parks: trims its heap if due.
 /// Costs one coarse clock read when not due.
 pub fn on_park(release: Release) {
-    let now = crate::time::coarse_ms().max(1);
+    let now = gearlb_proxy::clock::coarse_ms().max(1);
     LAST_TRIM.with(|last| {
         if due(last.get(), now, TRIM_EVERY_MS) {
             last.set(now);

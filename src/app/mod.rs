@@ -23,5 +23,5 @@ mod shared;
 mod wiring;
 
 pub use ops::{RotateServerError, EXIT_BAD_ENTRIES};
-pub use shared::{gear_names, App};
+pub use shared::App;
 pub use wiring::Server;

@@ -22,8 +22,7 @@ use crate::rotation::{complete, Op};
 use crate::routing::{BackendSpec, Change};
 use crate::scaler;
 
-/// Exit code of `update-cluster` when some entries were invalid (as the old cartridge).
-pub const EXIT_BAD_ENTRIES: i32 = 22;
+pub use crate::gear::EXIT_BAD_ENTRIES;
 
 impl App {
     /// Apply `update-cluster`: the complete list of web gears.

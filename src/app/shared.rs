@@ -19,7 +19,7 @@ use crate::health::HealthSettings;
 use crate::proxy::ProxyCtx;
 use crate::report::ListenReport;
 use crate::rotation::Rotations;
-use crate::routing::{Backend, BackendSpec, Router};
+use crate::routing::{BackendSpec, Router, Target};
 use crate::scaler::{policy::PolicyConfig, Scaler, ScalerSettings};
 use crate::state::StateStore;
 use crate::stats::FrontendStats;
@@ -30,7 +30,7 @@ pub struct App {
     pub(super) cluster: Option<Arc<Cluster>>,
     pub(super) coverage: Arc<AtomicU32>,
     pub(super) health: Arc<ArcSwap<HealthSettings>>,
-    pub(super) ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Backend>>>>,
+    pub(super) ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Target>>>>,
     pub(super) stopping: CancellationToken,
     pub(super) frontend: Arc<FrontendStats>,
     pub(super) proxy: Arc<ProxyCtx>,
@@ -96,33 +96,13 @@ pub(super) fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
 /// every balancer uses for this gear (`<gearname>-<ns>`, BZ 1377433).
 pub(super) fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
     let addr = cfg.local_gear.clone()?;
-    let cookie = own_label(cfg);
+    let cookie = cfg.gear.own_label();
     Some(BackendSpec {
         name: "local-gear".into(),
         addr,
         gear_dns: cfg.gear.dns.clone(),
         cookie,
     })
-}
-
-/// What this balancer knows of itself and its application to name gears by uuid.
-pub fn gear_names(cfg: &Config) -> crate::cartridge::registry::Names {
-    crate::cartridge::registry::Names {
-        own_uuid: cfg.gear.uuid.clone(),
-        own_label: own_label(cfg),
-        app_uuid: cfg.gear.app_uuid.clone(),
-        app_name: cfg.gear.app_name.clone(),
-        namespace: cfg.gear.namespace.clone(),
-    }
-}
-
-/// The label of this balancer's own gear (`local-gear`'s sticky value).
-fn own_label(cfg: &Config) -> Option<String> {
-    match (&cfg.gear.dns, &cfg.gear.name, &cfg.gear.namespace) {
-        (Some(dns), _, _) => dns.split('.').next().map(str::to_ascii_lowercase),
-        (None, Some(name), Some(ns)) => Some(format!("{name}-{ns}").to_ascii_lowercase()),
-        _ => None,
-    }
 }
 
 /// Scaler settings from a configuration.

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use super::persist::take_state_lock;
-use super::shared::{config_specs, gear_names, local_gear_spec, scaler_settings, App};
+use super::shared::{config_specs, local_gear_spec, scaler_settings, App};
 use crate::cluster::{self, Cluster};
 use crate::config::{backends_fingerprint, Config};
 use crate::control;
@@ -283,7 +283,7 @@ impl Server {
             status_counters: Arc::new(crate::status::ListenerStats::default()),
             metrics,
             tls,
-            names: gear_names(&cfg),
+            names: crate::cartridge::registry::Names::of(&cfg.gear),
             registry_path: cfg
                 .gear
                 .homedir

@@ -95,14 +95,14 @@ pub(super) fn control_action(
                 Ok(r) => {
                     let code = report(r, out);
                     Ok(if invalid.get() && code == 0 {
-                        crate::app::EXIT_BAD_ENTRIES
+                        crate::gear::EXIT_BAD_ENTRIES
                     } else {
                         code
                     })
                 }
                 Err(e) if invalid.get() => {
                     out.error(e);
-                    Ok(crate::app::EXIT_BAD_ENTRIES)
+                    Ok(crate::gear::EXIT_BAD_ENTRIES)
                 }
                 Err(e) => Err(e),
             }
@@ -266,7 +266,7 @@ fn rotate(
             node: true,
         };
         let reply = call_or_record(&cfg, request, |p| {
-            let names = crate::app::gear_names(&cfg);
+            let names = super::registry::Names::of(&cfg.gear);
             let reg = cfg
                 .gear
                 .homedir

@@ -14,6 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::config::GearIdentity;
+
 /// One gear of the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -126,6 +128,19 @@ pub struct Names {
     pub app_name: Option<String>,
     /// `OPENSHIFT_NAMESPACE`.
     pub namespace: Option<String>,
+}
+
+impl Names {
+    /// What the gear identity in the configuration says.
+    pub fn of(gear: &GearIdentity) -> Self {
+        Names {
+            own_uuid: gear.uuid.clone(),
+            own_label: gear.own_label(),
+            app_uuid: gear.app_uuid.clone(),
+            app_name: gear.app_name.clone(),
+            namespace: gear.namespace.clone(),
+        }
+    }
 }
 
 /// True for what the node passes as a gear uuid (a Mongo object id in practice; any

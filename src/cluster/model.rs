@@ -25,8 +25,8 @@ use super::keys::{self, HealthReport};
 use super::liveness::Liveness;
 use super::view::*;
 use crate::gear::PeerSpec;
-use crate::rotation::register::{self as rotation, Ack, RotationOp};
-use crate::scaler::event::ScaleEvent;
+use gearlb_core::rotation::register::{self as rotation, Ack, RotationOp};
+use gearlb_core::scaler::event::ScaleEvent;
 
 /// What one node's keys say, parsed once when they change.
 #[derive(Clone, Debug, Default)]

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::HealthReport;
 use super::transport::GossipCounters;
-use crate::rotation::register::{Ack, RotationOp};
-use crate::scaler::event::ScaleEvent;
+use gearlb_core::rotation::register::{Ack, RotationOp};
+use gearlb_core::scaler::event::ScaleEvent;
 
 /// Load a balancer publishes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

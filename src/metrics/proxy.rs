@@ -10,7 +10,7 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use super::family::{counter, family, gauge, labels, Labels, CLASSES};
-use crate::routing::{BackendState, Router};
+use crate::routing::{BackendState, Entry, Router, Target};
 use crate::stats::latency::BUCKETS_SECS;
 use crate::stats::FrontendStats;
 
@@ -124,11 +124,10 @@ impl Collector for CoreCollector {
 
         // Backends (the web gears).
         let table = self.router.snapshot();
-        let entries = table.entries();
-        let each = |get: &dyn Fn(&crate::routing::Entry) -> u64| -> Vec<(Labels, u64)> {
-            entries
+        let each = |get: &dyn Fn(&Entry, &Target) -> u64| -> Vec<(Labels, u64)> {
+            table
                 .iter()
-                .map(|en| (labels(&[("backend", en.backend.name())]), get(en)))
+                .map(|(en, t)| (labels(&[("backend", en.backend.name())]), get(en, t)))
                 .collect()
         };
         family(
@@ -136,11 +135,11 @@ impl Collector for CoreCollector {
             "gearlb_backend_requests",
             "Requests sent to the backend.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.stats.requests)),
+            &each(&|_, t| r(&t.stats.requests)),
         )?;
         let mut responses = Vec::new();
-        for en in entries {
-            for (c, a) in CLASSES.iter().zip(&en.backend.stats.responses) {
+        for (en, t) in table.iter() {
+            for (c, a) in CLASSES.iter().zip(&t.stats.responses) {
                 responses.push((
                     labels(&[("backend", en.backend.name()), ("class", c)]),
                     r(a),
@@ -155,8 +154,8 @@ impl Collector for CoreCollector {
             &responses,
         )?;
         let mut errors = Vec::new();
-        for en in entries {
-            let s = &en.backend.stats;
+        for (en, t) in table.iter() {
+            let s = &t.stats;
             for (kind, a) in [
                 ("connect", &s.connect_errors),
                 ("response", &s.response_errors),
@@ -181,39 +180,35 @@ impl Collector for CoreCollector {
             "gearlb_backend_redispatches",
             "Requests moved to another backend after this one failed them.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.stats.redispatches)),
+            &each(&|_, t| r(&t.stats.redispatches)),
         )?;
         family(
             e,
             "gearlb_backend_sessions",
             "Sessions on the backend (HAProxy scur): requests in flight and open tunnels.",
             MetricType::Gauge,
-            &each(&|en| en.backend.outstanding()),
+            &each(&|_, t| t.outstanding()),
         )?;
         family(
             e,
             "gearlb_backend_requests_in_flight",
             "Requests sent to the backend and not yet answered in full.",
             MetricType::Gauge,
-            &each(&|en| {
-                en.backend
-                    .outstanding()
-                    .saturating_sub(r(&en.backend.tunnels))
-            }),
+            &each(&|_, t| t.outstanding().saturating_sub(r(&t.tunnels))),
         )?;
         family(
             e,
             "gearlb_backend_tunnels",
             "Upgraded connections (WebSocket) open to the backend.",
             MetricType::Gauge,
-            &each(&|en| r(&en.backend.tunnels)),
+            &each(&|_, t| r(&t.tunnels)),
         )?;
         family(
             e,
             "gearlb_backend_connections",
             "Connections open to the backend (busy and idle).",
             MetricType::Gauge,
-            &each(&|en| en.backend.pool.open_connections()),
+            &each(&|_, t| t.pool.open_connections()),
         )?;
         family(
             e,
@@ -221,17 +216,17 @@ impl Collector for CoreCollector {
             "Connections opened to the backend for requests. Against gearlb_backend_requests: \
              the share of requests that found no pooled connection to reuse.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.stats.connections_opened)),
+            &each(&|_, t| r(&t.stats.connections_opened)),
         )?;
         family(
             e,
             "gearlb_backend_connections_idle",
             "Idle pooled connections to the backend.",
             MetricType::Gauge,
-            &each(&|en| en.backend.pool.idle_connections() as u64),
+            &each(&|_, t| t.pool.idle_connections() as u64),
         )?;
         let mut states = Vec::new();
-        for en in entries {
+        for en in table.entries() {
             let now = en.state();
             for (label, s) in [
                 ("up", BackendState::Up),
@@ -257,11 +252,11 @@ impl Collector for CoreCollector {
             "gearlb_backend_in_subset",
             "1 when the backend is in this balancer's subset, 0 when it is a backup.",
             MetricType::Gauge,
-            &each(&|en| u64::from(en.in_subset)),
+            &each(&|en, _| u64::from(en.in_subset)),
         )?;
         let mut checks = Vec::new();
-        for en in entries {
-            let s = &en.backend.stats;
+        for (en, t) in table.iter() {
+            let s = &t.stats;
             for (result, a) in [("ok", &s.checks_ok), ("fail", &s.checks_failed)] {
                 checks.push((
                     labels(&[("backend", en.backend.name()), ("result", result)]),
@@ -281,21 +276,21 @@ impl Collector for CoreCollector {
             "gearlb_backend_down_transitions",
             "Times the backend went from up to down.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.stats.went_down)),
+            &each(&|_, t| r(&t.stats.went_down)),
         )?;
         family(
             e,
             "gearlb_backend_sent_bytes",
             "Bytes written to the backend's connections.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.pool.traffic().sent)),
+            &each(&|_, t| r(&t.pool.traffic().sent)),
         )?;
         family(
             e,
             "gearlb_backend_received_bytes",
             "Bytes read from the backend's connections.",
             MetricType::Counter,
-            &each(&|en| r(&en.backend.pool.traffic().received)),
+            &each(&|_, t| r(&t.pool.traffic().received)),
         )?;
 
         let mut m = e.encode_descriptor(
@@ -304,8 +299,8 @@ impl Collector for CoreCollector {
             None,
             MetricType::Histogram,
         )?;
-        for en in entries {
-            let h = en.backend.stats.latency.snapshot();
+        for (en, t) in table.iter() {
+            let h = t.stats.latency.snapshot();
             let buckets: Vec<(f64, u64)> = h
                 .counts
                 .iter()

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::types::{BackendReport, ByClass, FrontendReport, ResponseTimeReport};
-use crate::routing::RoutingTable;
+use crate::routing::Snapshot;
 use crate::stats::latency::{self, RECENT_INTERVAL_SECS};
 use crate::stats::FrontendStats;
 use crate::time::unix_secs;
@@ -34,13 +34,11 @@ impl FrontendReport {
 }
 
 /// One report row per backend of a snapshot.
-pub fn backend_reports(table: &RoutingTable) -> Vec<BackendReport> {
+pub fn backend_reports(table: &Snapshot) -> Vec<BackendReport> {
     let now = unix_secs();
     table
-        .entries()
         .iter()
-        .map(|e| {
-            let b = &e.backend;
+        .map(|(e, b)| {
             let s = &b.stats;
             let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
             let since = now.saturating_sub(r(&s.last_change));

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::routing::{Router, RoutingTable};
+use crate::routing::{Router, Snapshot};
 use crate::stats::latency::RECENT_INTERVAL_SECS;
 use crate::stats::FrontendStats;
 
@@ -38,12 +38,7 @@ pub async fn run(router: Arc<Router>, frontend: Arc<FrontendStats>, stop: Cancel
 
 /// One sampling step: update every rate; with `close_point`, close the current
 /// response-time interval of every backend.
-pub fn sample(
-    table: &RoutingTable,
-    frontend: &FrontendStats,
-    elapsed: Duration,
-    close_point: bool,
-) {
+pub fn sample(table: &Snapshot, frontend: &FrontendStats, elapsed: Duration, close_point: bool) {
     let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
     frontend.sample_inflight();
     frontend
@@ -52,8 +47,8 @@ pub fn sample(
     frontend
         .request_rate
         .update(r(&frontend.requests_total), elapsed);
-    for e in table.entries() {
-        let s = &e.backend.stats;
+    for t in table.targets() {
+        let s = &t.stats;
         s.rate.update(r(&s.requests), elapsed);
         if close_point {
             s.recent.push(&s.latency.snapshot());

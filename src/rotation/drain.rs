@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::register::{unix_ms, Ack, AckState, Op, RotationOp, Rotations};
+use super::store::Rotations;
 use crate::cluster::{keys, Cluster};
 use crate::routing::{Admin, Router};
+use gearlb_core::rotation::register::{unix_ms, Ack, AckState, Op, RotationOp};
 
 /// Keep the local drain state in step with the ops in force until `stop`. `persist`
 /// is called with the ops whenever they change.
@@ -141,13 +142,15 @@ pub async fn run(
 fn apply(
     rotations: &Rotations,
     router: &Router,
-    table: &crate::routing::RoutingTable,
+    table: &crate::routing::Snapshot,
     gear: &str,
     op: &RotationOp,
     now_ms: u64,
 ) -> Ack {
     let epoch = op.epoch();
-    let entry = table.by_label(gear);
+    let entry = table
+        .label_position(gear)
+        .map(|i| (&table.entries()[i], &table.targets()[i]));
     let forced_before = rotations
         .forced
         .lock()
@@ -155,9 +158,9 @@ fn apply(
         .and_then(|f| f.get(&epoch).copied());
     match op.op {
         Op::In => {
-            if let Some(e) = entry {
+            if let Some((e, t)) = entry {
                 if e.admin != Admin::Active {
-                    e.backend.pool.reopen();
+                    t.pool.reopen();
                     router.set_admin_of(gear, Admin::Active);
                     info!(gear, by = %op.by, "gear rotated in");
                 }
@@ -170,7 +173,7 @@ fn apply(
             }
         }
         Op::Out => {
-            let Some(e) = entry else {
+            let Some((e, b)) = entry else {
                 // Not one of our backends: nothing can be in flight to it from here.
                 return Ack {
                     epoch,
@@ -179,7 +182,6 @@ fn apply(
                     forced: forced_before.unwrap_or(0),
                 };
             };
-            let b = &e.backend;
             if e.admin == Admin::Active {
                 router.set_admin_of(gear, Admin::Draining);
                 b.pool.close();
@@ -239,7 +241,7 @@ mod tests {
         let router = router_with("web1-ns");
         let rot = Rotations::new(vec![]);
         let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(60));
-        let backend = router.load().entries()[0].backend.clone();
+        let backend = router.load().targets()[0].clone();
         backend.stats.request_started();
         let ack = apply(&rot, &router, &router.snapshot(), "web1-ns", &o, unix_ms());
         assert_eq!(ack.state, AckState::Draining);
@@ -258,7 +260,7 @@ mod tests {
         let router = router_with("web1-ns");
         let rot = Rotations::new(vec![]);
         let o = rot.submit("web1-ns", Op::Out, "lb1", Duration::from_secs(1));
-        let backend = router.load().entries()[0].backend.clone();
+        let backend = router.load().targets()[0].clone();
         // An open tunnel: its upgrade request's session, counted once.
         backend.stats.request_started();
         backend.tunnels.fetch_add(1, Ordering::Relaxed);
@@ -304,6 +306,6 @@ mod tests {
         let ack = apply(&rot, &router, &router.snapshot(), "web1-ns", &i, unix_ms());
         assert_eq!(ack.state, AckState::Active);
         assert_eq!(router.load().entries()[0].state(), BackendState::Up);
-        assert!(!router.load().entries()[0].backend.pool.is_closed());
+        assert!(!router.load().targets()[0].pool.is_closed());
     }
 }

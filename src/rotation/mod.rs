@@ -1,8 +1,8 @@
-//! Rotate-out and rotate-in of web gears, agreed by every balancer.
-//!
-//! Owns the rotation register ([`register`]), the local drain and acknowledgments
-//! ([`drain`]), and the rule that says when a rotate command is complete ([`complete`],
-//! pure). Declarations and re-exports only.
+//! Rotate-out and rotate-in of web gears, agreed by every balancer: this balancer's
+//! copy of the register ([`Rotations`], `store`) and the local drain and
+//! acknowledgments ([`drain`]). The register's merge and the completion rule are pure
+//! and live in `gearlb_core::rotation` (re-exported here); the driver that waits for a
+//! command's completion is `app::rotate`.
 //!
 //! - **Register.** Per gear, the latest operation wins: an [`RotationOp`] (`out` with a
 //!   drain deadline, or `in`) stamped with a hybrid logical clock and the node id, ties
@@ -18,10 +18,12 @@
 //!   for the op in force; the balancer that took the command completes when every live
 //!   known peer acked that epoch (see [`complete`]; the driver is `app::rotate`).
 
-pub mod complete;
 pub mod drain;
-pub mod register;
+mod store;
 
-pub use complete::{progress, Progress};
 pub use drain::run;
-pub use register::{merge, merge_into, unix_ms, Ack, AckState, Hlc, Op, RotationOp, Rotations};
+pub use gearlb_core::rotation::{complete, register};
+pub use gearlb_core::rotation::{
+    merge, merge_into, progress, unix_ms, Ack, AckState, Hlc, Op, Progress, RotationOp,
+};
+pub use store::Rotations;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::policy::Outcome;
+use gearlb_core::scaler::policy::Outcome;
 
 /// How to reach the broker for one application.
 #[derive(Clone, Debug)]

@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::broker::{self, Broker};
-use super::election::{elect, park_local_gear, Candidate, Election};
-use super::failures;
-use super::policy::{self, Decision, Outcome, PolicyConfig, PolicyState, Sample};
 use crate::cluster::{keys, Cluster, ClusterView};
 use crate::routing::Router;
+use gearlb_core::scaler::election::{elect, park_local_gear, Candidate, Election};
+use gearlb_core::scaler::failures;
+use gearlb_core::scaler::policy::{self, Decision, Outcome, PolicyConfig, PolicyState, Sample};
 
 /// Scaler settings in force (swapped on reload).
 #[derive(Clone, Debug)]
@@ -76,8 +76,8 @@ pub struct Scaler {
     self_id: String,
 }
 
-use super::event::ScaleEvent;
 use crate::time::unix_ms;
+use gearlb_core::scaler::event::ScaleEvent;
 
 impl Scaler {
     pub fn new(settings: ScalerSettings, broker: Option<Broker>, self_id: String) -> Arc<Self> {

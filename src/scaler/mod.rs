@@ -1,7 +1,8 @@
 //! The application's one scaler: elected by gossip, quorum-guarded, talking to the broker.
 //!
-//! Owns the election ([`elect`], pure: `election`), the check loop and manual scaling
-//! ([`Scaler`]: `driver`), the policy ([`policy`]) and the broker client ([`broker`]).
+//! Owns the check loop and manual scaling ([`Scaler`]: `driver`) and the broker client
+//! ([`broker`]); the election ([`elect`]) and the policy ([`policy`]) are pure and live
+//! in `gearlb_core::scaler` (re-exported here).
 //! Every balancer runs the loop; only the elected one acts:
 //!
 //! - **Ranking**: the gear named by `scaler.preferred` / `OPENSHIFT_GEARLB_SCALER_GEAR`
@@ -26,11 +27,7 @@
 
 pub mod broker;
 mod driver;
-pub mod election;
-pub mod event;
-pub mod failures;
-pub mod policy;
 
 pub use driver::{Scaler, ScalerReport, ScalerSettings};
-pub use election::{elect, park_local_gear, Candidate, Election};
-pub use event::ScaleEvent;
+pub use gearlb_core::scaler::{elect, park_local_gear, Candidate, Election, ScaleEvent};
+pub use gearlb_core::scaler::{election, event, failures, policy};

@@ -1,0 +1,173 @@
+//! The downstream connection's task for a TLS connection: the handshake (bounded by
+//! `request_header`), then HTTP/1.1 or HTTP/2 by ALPN under the connection's watchdog,
+//! and the graceful stop. Never parked, no lingering close (see `LIFECYCLE.md`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::conn::auto;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::conn::serve_request;
+use super::protocol::h2_settings;
+use super::socket::ClientIo;
+use super::watchdog::{check_deadlines, StreamExec, GOAWAY_GRACE_MS};
+use crate::forward::ClientInfo;
+use crate::session::state::ConnState;
+use crate::session::Session;
+use crate::shared::{ProxyCtx, Settings};
+
+/// Serve one HTTPS client connection: TLS handshake (bounded by `request_header`), then
+/// HTTP/1.1 or HTTP/2 (by ALPN or preface) through hyper-util's auto builder, with the
+/// client inactivity timeout kept here. TLS connections are not parked. The `session`
+/// counts from before the handshake.
+pub(crate) async fn serve_tls_connection(
+    ctx: &Arc<ProxyCtx>,
+    session: Session,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local_port: u16,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let settings: Arc<Settings> = ctx.settings.load_full();
+    let head = settings.timeouts.request_header;
+    let stream = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(head, acceptor.accept(stream)) => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(client = %peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                debug!(client = %peer, "no TLS handshake within {head:?}");
+                return;
+            }
+        },
+    };
+    let state = Arc::new(ConnState::new(
+        ctx.clone(),
+        session,
+        ClientInfo::new(peer, local_port, "https"),
+        &settings.timeouts,
+    ));
+    let svc_state = state.clone();
+    let service = move |req: Request<Incoming>| serve_request(&svc_state, req);
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let watchdog = tokio::time::sleep(head.min(settings.timeouts.client));
+    let watched = Watched {
+        ctx,
+        state: &state,
+        peer,
+        shutdown: &shutdown,
+        client_ms: settings.timeouts.client.as_millis() as u64,
+        head_ms: head.as_millis() as u64,
+        h2,
+    };
+    let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
+    if h2 {
+        let mut b = auto::Builder::new(StreamExec(state.clone()));
+        h2_settings(b.http2(), &settings);
+        let conn = b.serve_connection_with_upgrades(io, service_fn(service));
+        drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
+    } else {
+        // HTTP/1.1: hyper's server as for plain connections, the request head timeout
+        // kept by the watchdog.
+        let conn = settings
+            .h1
+            .serve_connection(io, service_fn(service))
+            .with_upgrades();
+        drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
+    }
+}
+
+/// What the loop of a TLS connection looks at besides its connection object.
+struct Watched<'a> {
+    ctx: &'a ProxyCtx,
+    state: &'a ConnState,
+    peer: SocketAddr,
+    shutdown: &'a CancellationToken,
+    client_ms: u64,
+    head_ms: u64,
+    /// HTTP/2 by ALPN: an idle connection is sent GOAWAY before it closes.
+    h2: bool,
+}
+
+/// The loop of a TLS connection, the same for both of hyper's connection objects
+/// (HTTP/1.1's and the auto builder's): they share no trait for the graceful stop, so
+/// `graceful` is it. Generic, so built once per connection type: no dynamic dispatch.
+async fn drive<C, E>(conn: C, graceful: impl Fn(Pin<&mut C>), w: Watched<'_>, watchdog: Sleep)
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let Watched {
+        ctx,
+        state,
+        peer,
+        shutdown,
+        client_ms,
+        head_ms,
+        h2,
+    } = w;
+    let clock = ctx.clock;
+    tokio::pin!(conn);
+    tokio::pin!(watchdog);
+    let mut stopping = false;
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            biased;
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    debug!(client = %peer, error = %e, "client connection ended with an error");
+                }
+                return;
+            }
+            _ = shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                graceful(conn.as_mut());
+            }
+            _ = &mut watchdog => {
+                if going_away {
+                    return;
+                }
+                let now = clock.now_ms();
+                match check_deadlines(state, now, client_ms, head_ms, state.is_h2()) {
+                    Err(false) if h2 => {
+                        // Idle: GOAWAY, and a moment for it to go out.
+                        graceful(conn.as_mut());
+                        going_away = true;
+                        watchdog.as_mut().reset(
+                            Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS),
+                        );
+                    }
+                    Ok(next) => {
+                        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                        watchdog.as_mut().reset(Instant::now() + wait);
+                    }
+                    Err(counted) => {
+                        if counted {
+                            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        debug!(client = %peer, "idle or slow client connection closed");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! What is refused before a request is forwarded (framing or target information a
+//! backend could read differently from the balancer), and transfer codings other than
+//! `chunked`, which the balancer does not decode.
+
+use bytes::{BufMut, BytesMut};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::Version;
+
+use super::values::value;
+use crate::h1;
+
+/// The transfer codings of a message other than `chunked` (RFC 9112 §6.1), as one list
+/// (`gzip`), or `None` when there are none. `Err` when `chunked` is applied more than
+/// once or is not the final coding: a message the balancer cannot frame faithfully.
+pub fn transfer_codings(h: &HeaderMap) -> Result<Option<HeaderValue>, &'static str> {
+    if !h.contains_key(header::TRANSFER_ENCODING) {
+        return Ok(None);
+    }
+    let mut others = BytesMut::new();
+    let mut chunked_last = false;
+    let mut chunked = 0;
+    for v in h.get_all(header::TRANSFER_ENCODING) {
+        for t in h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+            if t.eq_ignore_ascii_case(b"chunked") {
+                chunked += 1;
+                chunked_last = true;
+                continue;
+            }
+            chunked_last = false;
+            if !others.is_empty() {
+                others.put_slice(b", ");
+            }
+            others.put_slice(t);
+        }
+    }
+    if chunked > 1 || (chunked == 1 && !chunked_last) {
+        return Err("chunked applied more than once, or not last");
+    }
+    Ok((!others.is_empty()).then(|| value(others)))
+}
+
+/// Why a client request must be refused before it reaches a backend, and with which
+/// status: framing or target information that the balancer and a backend (or the proxy
+/// in front) could read differently. hyper already refuses malformed heads, invalid
+/// `Content-Length`s, a `Transfer-Encoding` not ending in `chunked`, and obs-fold; with
+/// both `Transfer-Encoding` and `Content-Length` it drops the length and closes the
+/// connection after the response (RFC 9112 §6.3). What is left is checked here.
+pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode, &'static str)> {
+    use http::{Method, StatusCode};
+    let h = &parts.headers;
+    let chunked = h
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| h1::tokens(v.as_bytes()))
+        .filter(|t| t.eq_ignore_ascii_case(b"chunked"))
+        .count();
+    if chunked > 1 {
+        return Some((StatusCode::BAD_REQUEST, "chunked applied more than once"));
+    }
+    // hyper took the chunked framing off; forwarding the rest (`gzip, chunked`) would
+    // hand the gear a body coded in a way its head no longer says, and refusing is what
+    // RFC 9112 §6.1 asks of a server that does not implement a coding.
+    match transfer_codings(h) {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            return Some((
+                StatusCode::NOT_IMPLEMENTED,
+                "transfer coding other than chunked",
+            ))
+        }
+        Err(why) => return Some((StatusCode::BAD_REQUEST, why)),
+    }
+    let mut hosts = h.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Some((StatusCode::BAD_REQUEST, "more than one Host header"));
+    }
+    match (parts.uri.authority(), host) {
+        (Some(a), Some(host)) if !host.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) => {
+            return Some((
+                StatusCode::BAD_REQUEST,
+                "Host differs from the request target",
+            ));
+        }
+        (None, None) if parts.version == Version::HTTP_11 => {
+            return Some((StatusCode::BAD_REQUEST, "HTTP/1.1 request without Host"));
+        }
+        _ => {}
+    }
+    if parts.method == Method::CONNECT {
+        return Some((StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not forwarded"));
+    }
+    if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
+        return Some((StatusCode::BAD_REQUEST, "'*' is a target for OPTIONS only"));
+    }
+    None
+}

@@ -1,0 +1,274 @@
+//! One request, from hyper's hand-over to the response it gets: the balancer's own
+//! upgrade protocol, refusals, the sticky cookie, the request head rewritten and encoded
+//! once, then the choice of backend with its retries (each attempt in [`super::attempt`])
+//! and the response made from the answer ([`super::respond`]), or an error's.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::{header, Method, Request, Response};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::attempt::{idempotent, send_once, Failed, Replay};
+use super::body::ProxyBody;
+use super::error::{error_response, ForwardError};
+use super::forward;
+use super::h1;
+use super::respond::{endpoint_upgrade, respond, usable, Exchanged};
+use super::shared::{InFlight, Settings};
+use super::upstream::{self, Answer, Check, Outgoing, ReqBody};
+use super::wait::Wait;
+use crate::router::Target;
+use crate::session::state::{ConnState, FrontendRequest};
+use gearlb_core::routing::sticky::Sticky;
+
+/// What a request line in the log needs, taken before the request is consumed.
+struct LogLine {
+    started: Instant,
+    method: Method,
+    path: String,
+}
+
+pub(super) async fn handle(
+    frontend: FrontendRequest,
+    req: Request<Incoming>,
+    wait: Arc<Wait>,
+) -> Response<ProxyBody> {
+    let conn = &frontend.0;
+    let ctx = &conn.ctx;
+    let settings = ctx.settings.load_full();
+    // Only a wanted log line costs a clock read and a copy of the path.
+    let log =
+        (settings.log_requests || tracing::enabled!(tracing::Level::DEBUG)).then(|| LogLine {
+            started: Instant::now(),
+            method: req.method().clone(),
+            path: req.uri().path().to_string(),
+        });
+    let (resp, backend) = match forward(conn, &settings, req, &wait).await {
+        Ok((resp, backend)) => (resp, backend),
+        Err((e, backend)) => {
+            if let ForwardError::NoBackend = e {
+                ctx.stats.no_backend.fetch_add(1, Ordering::Relaxed);
+            } else {
+                debug!(backend = %backend_name(&backend), error = %e, "forwarding failed");
+            }
+            (error_response(&e), backend)
+        }
+    };
+    // The response body says what it waits on once it is polled.
+    wait.idle();
+    let status = resp.status().as_u16();
+    ctx.stats.response(status);
+    if let Some(LogLine {
+        started,
+        method,
+        path,
+    }) = log
+    {
+        let ms = started.elapsed().as_millis() as u64;
+        let client = &conn.client.peer;
+        let backend = backend_name(&backend);
+        if settings.log_requests {
+            info!(%client, %method, %path, status, %backend, ms, "request");
+        } else {
+            debug!(%client, %method, %path, status, %backend, ms, "request");
+        }
+    }
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.with_frontend(frontend))
+}
+
+fn backend_name(b: &Option<Arc<Target>>) -> &str {
+    b.as_ref().map_or("-", |b| b.name())
+}
+
+type ForwardResult =
+    Result<(Response<ProxyBody>, Option<Arc<Target>>), (ForwardError, Option<Arc<Target>>)>;
+
+use gearlb_core::time::unix_secs;
+
+async fn forward(
+    conn: &Arc<ConnState>,
+    settings: &Settings,
+    mut req: Request<Incoming>,
+    wait: &Arc<Wait>,
+) -> ForwardResult {
+    let ctx = &conn.ctx;
+    if forward::is_upgrade(req.headers()) {
+        if let Some(ep) = &ctx.endpoint {
+            if forward::upgrade_names(req.headers(), ep.protocol()) {
+                return Ok((endpoint_upgrade(ep, conn, req), None));
+            }
+        }
+    }
+    // An upgrade only to protocols a gear may be offered (never h2c).
+    let upgrade = forward::upgrade_offer(req.headers()).is_some();
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    if let Some((status, why)) = forward::request_problem(&parts) {
+        return Err((ForwardError::Refused(status, why), None));
+    }
+
+    // Sticky cookie: taken out of the request whatever it says, from every `Cookie`
+    // field (HTTP/2 clients split them).
+    let sticky = settings.sticky.as_ref();
+    let cookie = sticky.and_then(|s| s.take(&mut parts.headers));
+    let client_version = parts.version;
+    if client_version == http::Version::HTTP_2 {
+        forward::join_cookies(&mut parts.headers);
+    }
+    let secure = conn.client.scheme == "https"
+        || (settings.trust_forwarded
+            && parts
+                .headers
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https")));
+    forward::prepare_request(
+        &mut parts,
+        &conn.client,
+        settings.trust_forwarded,
+        settings.forwarded_headers,
+    );
+    // What a `101` may switch to: the protocols the backend was asked for.
+    let asked_upgrade = client_upgrade
+        .as_ref()
+        .and_then(|_| parts.headers.get(header::UPGRADE).cloned());
+
+    // Wall-clock time only matters to sealed cookies.
+    let sealed = sticky.is_some_and(Sticky::is_sealed);
+    let now = if sealed { unix_secs() } else { 0 };
+    let pinned = match (sticky, cookie) {
+        (Some(s), Some(raw)) => s
+            .decode(&raw, now)
+            .and_then(|v| ctx.router.load().sticky_target(&v).cloned()),
+        _ => None,
+    };
+
+    // The head is the same whichever backend gets it: encoded once, replayed as is.
+    let empty = body.is_end_stream();
+    let framing = h1::request_framing(&mut parts.headers, empty, body.size_hint().exact());
+    let mut head = bytes::BytesMut::new();
+    h1::encode_request_head(&parts, framing, &mut head);
+    let head = head.freeze();
+    let replay = (idempotent(&parts.method) && empty).then(|| {
+        Replay(Outgoing {
+            head: head.clone(),
+            method: parts.method.clone(),
+            framing,
+            body: ReqBody::Empty,
+        })
+    });
+    // A request that cannot be replayed must not be written into a pooled connection
+    // the backend has just closed: those are checked with the kernel, not only with
+    // the readiness the runtime recorded.
+    let check = if replay.is_some() {
+        Check::Recorded
+    } else {
+        Check::Kernel
+    };
+    let mut req = Outgoing {
+        head,
+        method: parts.method,
+        framing,
+        body: ReqBody::Incoming(body),
+    };
+    // Interim responses (103 Early Hints, …) go on to HTTP/1.1 clients (RFC 9110
+    // §15.2). Not to HTTP/1.0 ones, which must not get them, nor HTTP/2 ones: hyper's
+    // HTTP/2 server has no way to send them.
+    let push = |h: &h1::Head| conn.push_interim(h);
+    let interim: upstream::Interim<'_> =
+        (client_version == http::Version::HTTP_11).then_some(&push);
+    let mut tried: Vec<Arc<Target>> = Vec::new();
+    let mut last_error = ForwardError::NoBackend;
+    let mut last: Option<Arc<Target>> = None;
+
+    for attempt in 0..=settings.retries {
+        let chosen = match (&pinned, attempt) {
+            (Some(p), 0) => Some(p.clone()),
+            (None, 0) => ctx
+                .router
+                .load()
+                .select_for(&conn.affinity, settings.connection_affinity)
+                .cloned(),
+            _ => ctx.router.load().select_excluding(&tried).cloned(),
+        };
+        let Some(backend) = chosen else { break };
+        last = Some(backend.clone());
+        let flight = InFlight::start(backend.clone());
+        let attempt_started = Instant::now();
+        match send_once(
+            settings,
+            &backend,
+            req,
+            check,
+            replay.as_ref(),
+            wait,
+            interim,
+        )
+        .await
+        {
+            Ok((Answer { head, upload }, up)) => {
+                backend.stats.response_head(attempt_started.elapsed());
+                ctx.passive_success(&backend);
+                let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        drop(up);
+                        backend
+                            .stats
+                            .response_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Err((ForwardError::BadResponse(why), last));
+                    }
+                };
+                let insert_cookie =
+                    sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
+                let resp = respond(
+                    conn,
+                    settings,
+                    head,
+                    Exchanged {
+                        conn: up,
+                        upload,
+                        wait: wait.clone(),
+                    },
+                    flight,
+                    insert_cookie,
+                    secure,
+                    now,
+                    client_upgrade,
+                    codings,
+                );
+                return Ok((resp, last));
+            }
+            Err(Failed::NotSent(back, e)) => {
+                conn.affinity.forget();
+                ctx.passive_failure(&backend, settings.eject_after);
+                debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
+                backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
+                req = *back;
+                last_error = e;
+            }
+            Err(Failed::Sent(e)) => {
+                conn.affinity.forget();
+                if matches!(e, ForwardError::Upstream(_)) {
+                    ctx.passive_failure(&backend, settings.eject_after);
+                }
+                match (&replay, &e) {
+                    (Some(r), ForwardError::Upstream(_)) => {
+                        debug!(backend = %backend.name(), error = %e, "backend failed, replaying elsewhere");
+                        backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
+                        req = r.request();
+                        last_error = e;
+                    }
+                    _ => return Err((e, last)),
+                }
+            }
+        }
+        tried.push(backend);
+    }
+    Err((last_error, last))
+}

@@ -1,0 +1,170 @@
+//! The cluster simulator in CI: a small cluster of balancers running the real cluster,
+//! rotation and scaler code in one process on virtual time (`gearlb_sim`). The big
+//! configurations run from `bench/cluster_sim.sh` (results in `bench/CLUSTER.md`).
+
+use std::time::Duration;
+
+use gearlb::rotation::Op;
+use gearlb_sim::{Sim, SimConfig};
+
+fn config(m: usize, n: usize, coverage: u32) -> SimConfig {
+    SimConfig {
+        m,
+        n,
+        coverage,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_cluster_converges_rotates_and_fails_over() {
+    let mut sim = Sim::start(config(5, 60, 40)).await.unwrap();
+    let took = sim
+        .wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("every balancer sees every other live");
+    assert!(took < Duration::from_secs(3), "converged after {took:?}");
+
+    // Subsets: every gear covered, evenly.
+    let covered = sim
+        .wait_until(Duration::from_secs(5), |s| {
+            let mut per_gear = std::collections::HashMap::new();
+            for i in s.running() {
+                for e in s.nodes[i].router.snapshot().entries() {
+                    *per_gear.entry(e.backend.sticky.clone()).or_insert(0) +=
+                        usize::from(e.in_subset);
+                }
+            }
+            let min = per_gear.values().min().copied().unwrap_or(0);
+            let max = per_gear.values().max().copied().unwrap_or(0);
+            min >= 1 && max - min <= 1
+        })
+        .await;
+    assert!(covered.is_some(), "subsets do not cover every gear evenly");
+
+    // Rotate-outs from every balancer: acknowledged by all five.
+    for origin in 0..5 {
+        let gear = sim.labels[origin * 7].clone();
+        let out = sim
+            .rotate(origin, &gear, Op::Out, Duration::from_secs(10))
+            .await;
+        assert!(
+            out.ok,
+            "rotate-out from {origin}: pending {:?}",
+            out.pending
+        );
+        assert_eq!(out.acked, 5);
+        assert!(
+            out.took < Duration::from_secs(1),
+            "rotate-out took {:?}",
+            out.took
+        );
+        let back = sim
+            .rotate(origin, &gear, Op::In, Duration::from_secs(10))
+            .await;
+        assert!(back.ok);
+    }
+    assert!(sim.deaths().is_empty(), "false deaths: {:?}", sim.deaths());
+
+    // One scaler; when it crashes another takes over.
+    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+        .await
+        .expect("one acting scaler");
+    let victim = sim.acting()[0];
+    sim.crash(victim).await;
+    let took = sim
+        .wait_until(Duration::from_secs(20), |s| s.acting().len() == 1)
+        .await
+        .expect("another scaler takes over");
+    assert!(took < Duration::from_secs(3), "failover took {took:?}");
+    sim.shutdown().await;
+}
+
+/// Only the balancers covering a gear check it; the others take its health from their
+/// reports (gears found down, relative to a subset epoch), down and back up.
+#[tokio::test(start_paused = true)]
+async fn health_found_by_covering_balancers_reaches_the_others() {
+    let sim = Sim::start(config(5, 60, 20)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    // Let every balancer compute its subset.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for gear in [sim.labels[3].clone(), sim.labels[40].clone()] {
+        let covering = sim.set_health_where_covered(&gear, false);
+        assert!(
+            (1..5).contains(&covering),
+            "{covering} balancers cover {gear}"
+        );
+        let down = sim
+            .wait_until(Duration::from_secs(5), |s| {
+                s.health_everywhere(&gear).iter().all(|up| !up)
+            })
+            .await;
+        assert!(down.is_some(), "{:?}", sim.health_everywhere(&gear));
+        sim.set_health_where_covered(&gear, true);
+        let up = sim
+            .wait_until(Duration::from_secs(5), |s| {
+                s.health_everywhere(&gear).iter().all(|up| *up)
+            })
+            .await;
+        assert!(up.is_some(), "{:?}", sim.health_everywhere(&gear));
+    }
+    sim.shutdown().await;
+}
+
+/// A 3|2 partition cutting off the acting scaler, then its heal: never two acting
+/// scalers at once (sampled every millisecond of virtual time), the majority side
+/// takes over within 3 s, and after the heal the best-ranked balancer acts again.
+#[tokio::test(start_paused = true)]
+async fn one_acting_scaler_at_every_instant_through_partition_and_heal() {
+    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+        .await
+        .expect("one acting scaler");
+    let first = sim.acting()[0];
+    let other = (first + 1) % 5;
+    let minority = [first, other];
+    let majority: Vec<usize> = (0..5).filter(|i| !minority.contains(i)).collect();
+    let addrs = |v: &[usize]| v.iter().map(|i| sim.nodes[*i].addr).collect::<Vec<_>>();
+    sim.net.partition(&[addrs(&minority), addrs(&majority)]);
+    let t = tokio::time::Instant::now();
+    let mut took_over = None;
+    while t.elapsed() < Duration::from_secs(8) {
+        let acting = sim.acting();
+        assert!(
+            acting.len() <= 1,
+            "{acting:?} act at once after {:?}",
+            t.elapsed()
+        );
+        if took_over.is_none() && acting.iter().any(|i| majority.contains(i)) {
+            took_over = Some(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took_over = took_over.expect("the majority side elects a scaler");
+    assert!(
+        took_over < Duration::from_secs(3),
+        "took over after {took_over:?}"
+    );
+    sim.net.heal();
+    let t = tokio::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(8) {
+        let acting = sim.acting();
+        assert!(
+            acting.len() <= 1,
+            "{acting:?} act at once {:?} after the heal",
+            t.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        sim.acting(),
+        vec![first],
+        "the best-ranked balancer acts again"
+    );
+    sim.shutdown().await;
+}
