@@ -42,12 +42,47 @@ impl Replay {
     }
 }
 
-/// One attempt's outcome when it did not produce a response.
-pub(super) enum Failed {
-    /// The request never left: it can go to another backend as is.
-    NotSent(Box<Outgoing>, ForwardError),
-    /// It was (at least partly) sent.
-    Sent(ForwardError),
+/// What every attempt of one request shares.
+pub(super) struct Sending<'a> {
+    /// How a pooled connection is checked before the request goes into it.
+    pub(super) check: Check,
+    /// The head to send again, when the request may be replayed.
+    pub(super) replay: Option<&'a Replay>,
+    /// The exchange's wait (its timeouts).
+    pub(super) wait: &'a Wait,
+    /// Where interim responses go.
+    pub(super) interim: upstream::Interim<'a>,
+}
+
+/// One attempt's outcome when it did not produce a response, with what the retry
+/// decision table ([`upstream::decide`], [`upstream::blames`]) says of it: the caller
+/// acts on `retry` and `blamed`, and decides nothing itself.
+pub(super) struct Failed {
+    pub(super) error: ForwardError,
+    /// [`RetryType::Elsewhere`], [`RetryType::ReplayElsewhere`] or [`RetryType::Never`]
+    /// (the same backend's retries are this attempt's own).
+    pub(super) retry: RetryType,
+    /// Counted toward the backend's passive ejection.
+    pub(super) blamed: bool,
+    /// The request, untouched, when not one byte of it left.
+    pub(super) unsent: Option<Box<Outgoing>>,
+}
+
+impl Failed {
+    /// A failure at `at`, as the table decides it for `attempt`.
+    fn at(
+        at: FailedAt,
+        attempt: upstream::Attempt,
+        error: ForwardError,
+        unsent: Option<Box<Outgoing>>,
+    ) -> Self {
+        Failed {
+            error,
+            retry: upstream::decide(at, attempt),
+            blamed: upstream::blames(at, attempt),
+            unsent,
+        }
+    }
 }
 
 /// One attempt on one backend: a pooled connection (one the backend closed meanwhile
@@ -59,20 +94,27 @@ pub(super) enum Failed {
 /// the same backend, and the backend is not blamed (as nginx does for its cached
 /// connections). Without this, with one gear or `proxy.retries = 0`, a GET would get a
 /// 502 for a race of the connection's, not a fault of the gear's.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_once(
     settings: &Settings,
     backend: &Arc<Target>,
     mut req: Outgoing,
-    check: Check,
-    replay: Option<&Replay>,
-    wait: &Wait,
-    interim: upstream::Interim<'_>,
+    sending: &Sending<'_>,
 ) -> Result<(Answer, Conn), Failed> {
+    let Sending {
+        check,
+        replay,
+        wait,
+        interim,
+    } = *sending;
     let t = &settings.timeouts;
     // Sent again already after a pooled connection closed under it: new connections only.
     let mut resent = false;
     loop {
+        let attempt = |fresh: bool| upstream::Attempt {
+            reused: !fresh,
+            resent,
+            replayable: replay.is_some(),
+        };
         let pooled = if resent {
             None
         } else {
@@ -90,7 +132,8 @@ pub(super) async fn send_once(
                 }
                 Err(e) => {
                     backend.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
-                    return Err(Failed::NotSent(Box::new(req), ForwardError::Connect(e)));
+                    let (error, unsent) = (ForwardError::Connect(e), Some(Box::new(req)));
+                    return Err(Failed::at(FailedAt::Connect, attempt(true), error, unsent));
                 }
             },
         };
@@ -112,11 +155,13 @@ pub(super) async fn send_once(
             Err(phase) => {
                 // Answered here: the mark is cleared.
                 wait.reset();
-                if phase == Phase::Client {
-                    return Err(Failed::Sent(ForwardError::ClientTimeout(t.client)));
-                }
-                backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                return Err(Failed::Sent(ForwardError::Timeout(t.server)));
+                let error = if phase == Phase::Client {
+                    ForwardError::ClientTimeout(t.client)
+                } else {
+                    backend.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                    ForwardError::Timeout(t.server)
+                };
+                return Err(Failed::at(FailedAt::Timeout, attempt(fresh), error, None));
             }
             Ok(Ok(answer)) => {
                 wait.idle();
@@ -126,14 +171,7 @@ pub(super) async fn send_once(
                 // Whether and where to try again is decided once, on the failure itself
                 // (`upstream::retry`, a table test of every case).
                 let at = failure.failed_at(&up);
-                let retry = upstream::decide(
-                    at,
-                    upstream::Attempt {
-                        reused: !fresh,
-                        resent,
-                        replayable: replay.is_some(),
-                    },
-                );
+                let retry = upstream::decide(at, attempt(fresh));
                 match (failure, retry, replay) {
                     // A pooled connection the backend had closed: the request never left.
                     (SendFailure::NotSent(back, _), RetryType::NextConnection, _) => {
@@ -147,21 +185,20 @@ pub(super) async fn send_once(
                         req = r.request();
                     }
                     (SendFailure::Sent(e), _, _) if at == FailedAt::ClientBody => {
-                        return Err(Failed::Sent(ForwardError::ClientBody(e)));
+                        let error = ForwardError::ClientBody(e);
+                        return Err(Failed::at(at, attempt(fresh), error, None));
                     }
-                    (SendFailure::NotSent(back, e), _, _) => {
+                    (failure, _, _) => {
                         backend
                             .stats
                             .response_errors
                             .fetch_add(1, Ordering::Relaxed);
-                        return Err(Failed::NotSent(back, ForwardError::Upstream(e)));
-                    }
-                    (SendFailure::Sent(e), _, _) => {
-                        backend
-                            .stats
-                            .response_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        return Err(Failed::Sent(ForwardError::Upstream(e)));
+                        let (error, unsent) = match failure {
+                            SendFailure::NotSent(back, e) => (e, Some(back)),
+                            SendFailure::Sent(e) => (e, None),
+                        };
+                        let error = ForwardError::Upstream(error);
+                        return Err(Failed::at(at, attempt(fresh), error, unsent));
                     }
                 }
             }

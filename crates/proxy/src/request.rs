@@ -12,14 +12,14 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::attempt::{idempotent, send_once, Failed, Replay};
+use super::attempt::{idempotent, send_once, Replay, Sending};
 use super::body::ProxyBody;
 use super::error::{error_response, ForwardError};
 use super::forward;
 use super::h1;
-use super::respond::{endpoint_upgrade, respond, usable, Exchanged};
+use super::respond::{endpoint_upgrade, respond, usable, Exchanged, ForClient};
 use super::shared::{InFlight, Settings};
-use super::upstream::{self, Answer, Check, Outgoing, ReqBody};
+use super::upstream::{self, Answer, Check, Outgoing, ReqBody, RetryType};
 use super::wait::Wait;
 use crate::router::Target;
 use crate::session::state::{ConnState, FrontendRequest};
@@ -199,17 +199,13 @@ async fn forward(
         last = Some(backend.clone());
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
-        match send_once(
-            settings,
-            &backend,
-            req,
+        let sending = Sending {
             check,
-            replay.as_ref(),
+            replay: replay.as_ref(),
             wait,
             interim,
-        )
-        .await
-        {
+        };
+        match send_once(settings, &backend, req, &sending).await {
             Ok((Answer { head, upload }, up)) => {
                 backend.stats.response_head(attempt_started.elapsed());
                 ctx.passive_success(&backend);
@@ -226,46 +222,43 @@ async fn forward(
                 };
                 let insert_cookie =
                     sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
-                let resp = respond(
-                    conn,
-                    settings,
-                    head,
-                    Exchanged {
-                        conn: up,
-                        upload,
-                        wait: wait.clone(),
-                    },
+                let exchanged = Exchanged {
+                    conn: up,
+                    upload,
+                    wait: wait.clone(),
                     flight,
+                };
+                let client = ForClient {
                     insert_cookie,
                     secure,
                     now,
-                    client_upgrade,
+                    upgrade: client_upgrade,
                     codings,
-                );
+                };
+                let resp = respond(conn, settings, head, exchanged, client);
                 return Ok((resp, last));
             }
-            Err(Failed::NotSent(back, e)) => {
+            Err(failed) => {
+                // Blame and where to go next are the retry table's (`upstream::retry`).
                 conn.affinity.forget();
-                ctx.passive_failure(&backend, settings.eject_after);
-                debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
-                backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
-                req = *back;
-                last_error = e;
-            }
-            Err(Failed::Sent(e)) => {
-                conn.affinity.forget();
-                if matches!(e, ForwardError::Upstream(_)) {
+                if failed.blamed {
                     ctx.passive_failure(&backend, settings.eject_after);
                 }
-                match (&replay, &e) {
-                    (Some(r), ForwardError::Upstream(_)) => {
+                let e = failed.error;
+                let next = match (failed.retry, failed.unsent, &replay) {
+                    (RetryType::Elsewhere, Some(unsent), _) => {
+                        debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
+                        *unsent
+                    }
+                    (RetryType::ReplayElsewhere, _, Some(r)) => {
                         debug!(backend = %backend.name(), error = %e, "backend failed, replaying elsewhere");
-                        backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
-                        req = r.request();
-                        last_error = e;
+                        r.request()
                     }
                     _ => return Err((e, last)),
-                }
+                };
+                backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
+                req = next;
+                last_error = e;
             }
         }
         tried.push(backend);

@@ -50,11 +50,28 @@ pub(super) fn usable(
 }
 
 /// What an exchange leaves for the response body: the backend connection, the rest of
-/// an upload the backend answered early, and the exchange's wait.
+/// an upload the backend answered early, the exchange's wait, and the request's count
+/// on the backend.
 pub(super) struct Exchanged {
     pub(super) conn: Conn,
     pub(super) upload: Option<Box<upstream::Upload>>,
     pub(super) wait: Arc<Wait>,
+    pub(super) flight: InFlight,
+}
+
+/// What the client's response needs from its request.
+pub(super) struct ForClient<'a> {
+    /// The sticky cookie to set: when the request was not already pinned to this
+    /// backend.
+    pub(super) insert_cookie: Option<&'a Sticky>,
+    /// The client's connection is HTTPS (the cookie is `Secure`).
+    pub(super) secure: bool,
+    /// Unix seconds, for sealed cookies (0 when they are not sealed).
+    pub(super) now: u64,
+    /// The client's side of an upgrade it offered.
+    pub(super) upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The `Transfer-Encoding` the client gets, when the backend's is passed on.
+    pub(super) codings: Option<HeaderValue>,
 }
 
 /// Turn a backend's response into the client's: headers cleaned, sticky cookie
@@ -63,19 +80,21 @@ pub(super) struct Exchanged {
 /// An upgraded connection stays one session on the backend from its request to the
 /// tunnel's close, as HAProxy counts it: the request's in-flight count goes to the
 /// tunnel (not to the `101`'s empty body), and the client connection's session with it.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn respond(
     conn: &Arc<ConnState>,
     settings: &Settings,
     head: h1::Head,
     up: Exchanged,
-    flight: InFlight,
-    insert_cookie: Option<&Sticky>,
-    secure: bool,
-    now: u64,
-    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    codings: Option<HeaderValue>,
+    client: ForClient<'_>,
 ) -> Response<ProxyBody> {
+    let ForClient {
+        insert_cookie,
+        secure,
+        now,
+        upgrade: client_upgrade,
+        codings,
+    } = client;
+    let flight = up.flight;
     let backend = flight.backend().clone();
     backend.stats.response(head.parts.status.as_u16());
     let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
