@@ -279,7 +279,7 @@ fn run(
         Err(code) => return code,
     };
     cfg.log.requests_forced = log_requests;
-    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+    if let Err(e) = raise_nofile_limit() {
         warn!(error = %e, "could not raise the open-files limit");
     }
     // One worker thread: tokio's current-thread scheduler, an event loop like HAProxy's
@@ -353,6 +353,22 @@ fn run(
         server.run(stop).await;
         0
     })
+}
+
+/// Raise the soft limit on open files to the hard one (as HAProxy does for `maxconn`).
+fn raise_nofile_limit() -> rustix::io::Result<()> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return Ok(());
+    }
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
 }
 
 fn demo() -> i32 {

@@ -287,10 +287,24 @@ async fn clients_that_do_not_read_do_not_pin_memory() {
     drop(streams);
 }
 
+/// Raise this process's soft limit on open files to `want` (at most the hard limit).
+fn raise_nofile_limit(want: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.map_or(want, |max| max.min(want));
+    if limit.current.is_some_and(|soft| soft < want) {
+        let raised = Rlimit {
+            current: Some(want),
+            maximum: limit.maximum,
+        };
+        setrlimit(Resource::Nofile, raised).unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_max_connections_are_refused_and_served_ones_unaffected() {
     const LIMIT: usize = 1000;
-    rlimit::increase_nofile_limit(16_384).unwrap();
+    raise_nofile_limit(16_384);
     let b = TestBackend::start("web1").await;
     let dir = workdir();
     let lb = Gearlb::start(

@@ -19,9 +19,9 @@ pub fn info(report: &StatusReport, threads: usize, stopping: bool) -> String {
     let s = report.status_listener.as_ref();
     let status = |v: fn(&crate::report::FrontendReport) -> u64| s.map(v).unwrap_or(0);
     let start = crate::time::unix_secs().saturating_sub(report.uptime_secs);
-    let nofile = rlimit::getrlimit(rlimit::Resource::NOFILE)
-        .map(|(soft, _)| soft)
-        .unwrap_or(0);
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
     let lines: Vec<(&str, String)> = vec![
         ("Name", "gearlb".into()),
         ("Version", report.version.clone()),
