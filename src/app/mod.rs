@@ -1,7 +1,7 @@
 //! Assembly of a running balancer: listeners, routing, state, control, and their life.
 //!
 //! Declarations and re-exports only; each concept is one file:
-//! - `shared`: the [`App`] every listener and the control plane share, and what of it
+//! - `parts`: the [`App`] every listener and the control plane share, its parts by concern,
 //!   comes from the configuration;
 //! - `wiring`: the [`Server`]: start-up order (configuration → restore the persisted
 //!   backend set → bind every listener → accept) and the graceful stop;
@@ -16,12 +16,13 @@
 //! sees it.
 
 mod ops;
+mod parts;
 mod persist;
 mod report;
 mod rotate;
-mod shared;
+mod start;
 mod wiring;
 
 pub use ops::{RotateServerError, EXIT_BAD_ENTRIES};
-pub use shared::App;
+pub use parts::App;
 pub use wiring::Server;

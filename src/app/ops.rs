@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use super::shared::{config_specs, scaler_settings, App};
+use super::parts::{config_specs, scaler_settings, App};
 use crate::config::{self, backends_fingerprint, ConfigErrors, EXIT_CONFIG};
 use crate::control::{self, Reply, Request};
 use crate::gear::{self, BadEntry};
@@ -40,13 +40,13 @@ impl App {
             };
         }
         let current = self.router.specs();
-        let own = self.own_dns.as_deref().map(str::to_ascii_lowercase);
+        let own = self.id.dns.as_deref().map(str::to_ascii_lowercase);
         let mut specs: Vec<BackendSpec> = parsed
             .valid
             .iter()
             // Our own gear is `local-gear`, reached directly rather than through the
             // node's port proxy.
-            .filter(|e| self.local_gear.is_none() || own.as_deref() != Some(e.gear_dns.as_str()))
+            .filter(|e| self.id.local_gear.is_none() || own.as_deref() != Some(e.gear_dns.as_str()))
             .map(|e| BackendSpec {
                 name: e.server_name(),
                 addr: e.addr.clone(),
@@ -68,7 +68,7 @@ impl App {
                 }
             }
         }
-        if let Some(l) = &self.local_gear {
+        if let Some(l) = &self.id.local_gear {
             specs.push(l.clone());
         }
         let change = self.router.replace_backends(specs);
@@ -196,8 +196,8 @@ impl App {
         }
         match self.persist().await {
             Ok(()) => {
-                let cleared = match &self.state_lock {
-                    Some(lock) => self.store.clear_pending(lock),
+                let cleared = match &self.saved.state_lock {
+                    Some(lock) => self.saved.store.clear_pending(lock),
                     None => Ok(()),
                 };
                 if let Err(e) = cleared {
@@ -241,7 +241,7 @@ impl App {
             });
         }
         let timeout = self.config.lock().await.rotate.timeout;
-        let submitted = self.rotations.submit(&label, op, &self.self_id, timeout);
+        let submitted = self.rotations.submit(&label, op, &self.id.self_id, timeout);
         self.rotations.fan_out(submitted.epoch());
         info!(gear = %label, server, epoch = %submitted.epoch(), op = ?op, "rotation submitted (stats socket), not waiting for acknowledgments");
         Ok((label, true))
@@ -274,34 +274,11 @@ impl App {
             }
         };
         let mut notes = Vec::new();
-        let restart_only = [
-            ("listen", cfg.listen != new.listen),
-            ("control (socket, stats_socket)", cfg.control != new.control),
-            ("state.dir", cfg.state != new.state),
-            ("runtime.threads", cfg.runtime != new.runtime),
-            (
-                "cluster (listen, advertise, node_id, id, secret, transport, gossip_interval)",
-                cfg.cluster.listen != new.cluster.listen
-                    || cfg.cluster.advertise != new.cluster.advertise
-                    || cfg.cluster.node_id != new.cluster.node_id
-                    || cfg.cluster.id != new.cluster.id
-                    || cfg.cluster.secret != new.cluster.secret
-                    || cfg.cluster.transport != new.cluster.transport
-                    || cfg.cluster.gossip_interval != new.cluster.gossip_interval,
-            ),
-            (
-                "limits.max_connections",
-                cfg.limits.max_connections != new.limits.max_connections,
-            ),
-            (
-                "limits.max_idle_per_backend",
-                cfg.limits.max_idle_per_backend != new.limits.max_idle_per_backend,
-            ),
-        ];
-        for (what, changed) in restart_only {
-            if changed {
-                notes.push(format!("{what} changed: takes effect on restart"));
-            }
+        // What stays in force: restart-only settings keep their running values until a
+        // restart (the settings applied below are built from `new` as read).
+        let mut applied = new.clone();
+        for what in config::keep_restart_only(&mut applied, &cfg) {
+            notes.push(format!("{what} changed: takes effect on restart"));
         }
         self.proxy
             .settings
@@ -318,18 +295,9 @@ impl App {
         let backends_changed =
             backends_fingerprint(&cfg.backends) != backends_fingerprint(&new.backends);
         let mut reply_data = serde_json::Value::Null;
-        // Keep the restart-only values in force until a restart.
-        let mut applied = new.clone();
-        applied.listen = cfg.listen.clone();
-        applied.control = cfg.control.clone();
-        applied.state = cfg.state.clone();
-        applied.runtime = cfg.runtime.clone();
-        applied.cluster = cfg.cluster.clone();
-        applied.limits.max_connections = cfg.limits.max_connections;
-        applied.limits.max_idle_per_backend = cfg.limits.max_idle_per_backend;
         *cfg = applied;
         if backends_changed {
-            if let Ok(mut f) = self.fingerprint.lock() {
+            if let Ok(mut f) = self.saved.fingerprint.lock() {
                 *f = backends_fingerprint(&cfg.backends);
             }
             let change = self.router.replace_backends(config_specs(&cfg));

@@ -13,65 +13,101 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cartridge::registry::{self, Names};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::health::HealthSettings;
+use crate::metrics::{Metrics, RotationCounters};
 use crate::proxy::ProxyCtx;
 use crate::report::ListenReport;
 use crate::rotation::Rotations;
 use crate::routing::{BackendSpec, Router, Target};
 use crate::scaler::{policy::PolicyConfig, Scaler, ScalerSettings};
-use crate::state::StateStore;
+use crate::state::{StateLock, StateStore};
 use crate::stats::FrontendStats;
+use crate::status::ListenerStats;
 
-/// The shared application state behind the listeners.
+/// What a running balancer holds, shared by its listeners and its control plane: the
+/// parts the request path and the control plane act on, and, grouped by concern, who
+/// it is ([`Identity`]), its state file ([`Persistence`]) and what only reports read
+/// ([`Reporting`]).
 pub struct App {
+    pub(super) id: Identity,
     pub(super) router: Arc<Router>,
     pub(super) cluster: Option<Arc<Cluster>>,
-    pub(super) coverage: Arc<AtomicU32>,
-    pub(super) health: Arc<ArcSwap<HealthSettings>>,
-    pub(super) ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Target>>>>,
-    pub(super) stopping: CancellationToken,
-    pub(super) frontend: Arc<FrontendStats>,
-    pub(super) proxy: Arc<ProxyCtx>,
-    pub(super) store: StateStore,
-    pub(super) started: Instant,
-    pub(super) listen: ListenReport,
-    pub(super) gear_uuid: Option<String>,
-    /// This balancer's id in the cluster (node id, else gear uuid, else "self").
-    pub(super) self_id: String,
-    pub(super) namespace: Option<String>,
     pub(super) rotations: Arc<Rotations>,
     pub(super) scaler: Arc<Scaler>,
-    pub(super) rotation_counters: Arc<crate::metrics::RotationCounters>,
-    pub(super) self_name: Option<String>,
-    /// The web server in this gear, always a backend when configured.
-    pub(super) local_gear: Option<BackendSpec>,
-    /// This gear's DNS name: its `update-cluster` entry is `local-gear`.
-    pub(super) own_dns: Option<String>,
-    /// Fingerprint of the config's `[[backends]]` as last applied (for the state file).
-    pub(super) fingerprint: Mutex<String>,
-    pub(super) gear_dns: Option<String>,
-    /// The status listener's own traffic (the CSV's `stats` proxy).
-    pub(super) status_counters: Arc<crate::status::ListenerStats>,
-    pub(super) metrics: crate::metrics::Metrics,
+    pub(super) proxy: Arc<ProxyCtx>,
+    pub(super) frontend: Arc<FrontendStats>,
+    pub(super) health: Arc<ArcSwap<HealthSettings>>,
+    /// Passive ejections from the request path, until the health supervisor takes them.
+    pub(super) ejections: Mutex<Option<mpsc::UnboundedReceiver<Arc<Target>>>>,
+    /// `subset.coverage` in force (reload changes it).
+    pub(super) coverage: Arc<AtomicU32>,
     /// The HTTPS listener's certificates, when it runs (swapped on reload).
     pub(super) tls: Option<Arc<crate::tls::TlsAcceptor>>,
+    pub(super) stopping: CancellationToken,
     /// The configuration in force; also serialises control-plane operations.
     pub(super) config: tokio::sync::Mutex<Config>,
-    /// How the node's gear uuids map to labels (see `cartridge::registry`).
-    pub(super) names: crate::cartridge::registry::Names,
+    pub(super) saved: Persistence,
+    pub(super) seen: Reporting,
+}
+
+/// Who this balancer is, and how it names gears.
+pub(super) struct Identity {
+    /// This balancer's id in the cluster (node id, else gear uuid, else "self").
+    pub(super) self_id: String,
+    /// Its gear's name (`OPENSHIFT_GEAR_NAME`).
+    pub(super) self_name: Option<String>,
+    /// Its gear's DNS name: that gear's `update-cluster` entry is `local-gear`.
+    pub(super) dns: Option<String>,
+    /// How the node's gear uuids map to labels (see `cartridge::registry`); also this
+    /// gear's uuid and namespace.
+    pub(super) names: Names,
     /// The node's gear registry, when in a gear.
     pub(super) registry_path: Option<PathBuf>,
-    /// Held while this balancer runs: calls made while it is stopped go to the
-    /// pending file instead (see `state`).
-    /// (`None` when the directory cannot hold the lock file: served all the same.)
-    pub(super) state_lock: Option<crate::state::StateLock>,
-    /// `cluster::peers_fingerprint` of `cluster.peers` at start, saved with the peers.
-    pub(super) peers_config: String,
+    /// The web server in this gear, always a backend when configured.
+    pub(super) local_gear: Option<BackendSpec>,
+}
+
+impl Identity {
+    pub(super) fn of(cfg: &Config, self_id: String) -> Self {
+        Identity {
+            self_id,
+            self_name: cfg.gear.name.clone(),
+            dns: cfg.gear.dns.clone(),
+            names: Names::of(&cfg.gear),
+            registry_path: cfg.gear.homedir.as_deref().map(registry::path),
+            local_gear: local_gear_spec(cfg),
+        }
+    }
+}
+
+/// The state file: where it is, how saves are ordered, and what it is compared with.
+pub(super) struct Persistence {
+    pub(super) store: StateStore,
     /// Orders state saves: each is built and written under it, so the last written is
     /// the last built.
     pub(super) saving: tokio::sync::Mutex<()>,
+    /// Fingerprint of the config's `[[backends]]` as last applied.
+    pub(super) fingerprint: Mutex<String>,
+    /// `cluster::peers_fingerprint` of `cluster.peers` at start, saved with the peers.
+    pub(super) peers_config: String,
+    /// Held while this balancer runs: calls made while it is stopped go to the
+    /// pending file instead (see `state`). (`None` when the directory cannot hold the
+    /// lock file: served all the same.)
+    pub(super) state_lock: Option<StateLock>,
+}
+
+/// What only the reports read: uptime, addresses, the status listener's own traffic,
+/// the metrics registry and the rotations' counters.
+pub(super) struct Reporting {
+    pub(super) started: Instant,
+    pub(super) listen: ListenReport,
+    /// The status listener's own traffic (the CSV's `stats` proxy).
+    pub(super) status_counters: Arc<ListenerStats>,
+    pub(super) metrics: Metrics,
+    pub(super) rotation_counters: Arc<RotationCounters>,
 }
 
 pub(super) fn config_specs(cfg: &Config) -> Vec<BackendSpec> {

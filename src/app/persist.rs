@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::error;
 
-use super::shared::App;
+use super::parts::App;
 use crate::state::{PersistedState, StateStore, FORMAT};
 
 impl App {
@@ -14,20 +14,22 @@ impl App {
     /// (see [`StateStore::save_off_runtime`]): a slow disk holds this call, never the
     /// runtime's worker threads.
     pub(super) async fn persist(&self) -> Result<(), String> {
-        let _ordered = self.saving.lock().await;
+        let _ordered = self.saved.saving.lock().await;
         let state = PersistedState {
             format: FORMAT,
             config_backends: self
+                .saved
                 .fingerprint
                 .lock()
                 .map(|f| f.clone())
                 .unwrap_or_default(),
             backends: self.router.specs(),
             peers: self.cluster.as_ref().map(|c| c.known()).unwrap_or_default(),
-            peers_config: Some(self.peers_config.clone()),
+            peers_config: Some(self.saved.peers_config.clone()),
             rotations: self.rotations.ops().into_values().collect(),
         };
-        self.store
+        self.saved
+            .store
             .save_off_runtime(state)
             .await
             .map_err(|e| e.to_string())

@@ -7,7 +7,7 @@ use crate::report::{self, FrontendReport, HealthReport, StatusReport};
 use crate::rotation::{self, Op};
 use crate::status::StatusSource;
 
-use super::shared::App;
+use super::parts::App;
 
 impl App {
     /// The status report.
@@ -15,18 +15,18 @@ impl App {
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
-            uptime_secs: self.started.elapsed().as_secs(),
-            gear_uuid: self.gear_uuid.clone(),
-            listen: self.listen.clone(),
+            uptime_secs: self.seen.started.elapsed().as_secs(),
+            gear_uuid: self.id.names.own_uuid.clone(),
+            listen: self.seen.listen.clone(),
             frontend: FrontendReport::read(&self.frontend),
             backends: report::backend_reports(&self.router.snapshot()),
-            gear_dns: self.gear_dns.clone(),
+            gear_dns: self.id.dns.clone(),
             health: Some(HealthReport::from_settings(&self.health.load())),
             peers: self.peer_reports(),
             rotations: self.rotation_reports(),
             scaler: Some(self.scaler.report()),
             availability: Some(self.router.availability()),
-            status_listener: Some(FrontendReport::read(&self.status_counters)),
+            status_listener: Some(FrontendReport::read(&self.seen.status_counters)),
         }
     }
 
@@ -110,7 +110,7 @@ impl App {
                 view.gossip = c.gossip_counters();
                 view
             }
-            None => ClusterView::single(self.gear_uuid.as_deref().unwrap_or("self")),
+            None => ClusterView::single(self.id.names.own_uuid.as_deref().unwrap_or("self")),
         }
     }
 }
@@ -125,6 +125,6 @@ impl StatusSource for App {
     }
 
     fn metrics(&self) -> Result<String, std::fmt::Error> {
-        self.metrics.encode()
+        self.seen.metrics.encode()
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::shared::App;
+use super::parts::App;
 use crate::cluster::ClusterView;
 use crate::control::{self, Reply};
 use crate::gear;
@@ -44,21 +44,26 @@ impl App {
             return Ok(arg.to_string());
         }
         use crate::cartridge::registry::{self, label_for_uuid};
-        let registry = match &self.registry_path {
+        let registry = match &self.id.registry_path {
             Some(p) if registry::is_uuid(arg) => registry::Registry::load(p).unwrap_or_else(|e| {
                 warn!(error = %e, "gear registry unreadable: naming gears without it");
                 registry::Registry::default()
             }),
             _ => registry::Registry::default(),
         };
-        let n = &self.names;
+        let n = &self.id.names;
         let same = |k: &Option<String>| k.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(arg));
         if same(&n.own_uuid) || same(&n.app_uuid) || registry.get(arg).is_some() {
             if let Some(l) = label_for_uuid(arg, n, &registry) {
                 return Ok(l);
             }
         }
-        let with_ns = self.namespace.as_ref().map(|ns| format!("{arg}-{ns}"));
+        let with_ns = self
+            .id
+            .names
+            .namespace
+            .as_ref()
+            .map(|ns| format!("{arg}-{ns}"));
         if let Some(l) = with_ns.filter(|l| labels.contains(&l.as_str())) {
             return Ok(l);
         }
@@ -117,7 +122,7 @@ impl App {
             Ok(l) => l,
             Err(e) => return Reply::error(1, format!("{verb}: {e}")),
         };
-        let target = match &self.namespace {
+        let target = match &self.id.names.namespace {
             _ if node => arg.to_string(),
             Some(ns) => label
                 .strip_suffix(&format!("-{ns}"))
@@ -136,8 +141,14 @@ impl App {
                 &target,
                 false,
                 BTreeMap::from([(
-                    self.self_id.clone(),
-                    proxy_result(&self.self_id, &target, "failure", vec![], vec![msg.clone()]),
+                    self.id.self_id.clone(),
+                    proxy_result(
+                        &self.id.self_id,
+                        &target,
+                        "failure",
+                        vec![],
+                        vec![msg.clone()],
+                    ),
                 )]),
             );
             return Reply {
@@ -159,7 +170,7 @@ impl App {
         let submitted = match joined {
             Some(o) => o,
             None => {
-                let o = self.rotations.submit(&label, op, &self.self_id, timeout);
+                let o = self.rotations.submit(&label, op, &self.id.self_id, timeout);
                 // The balancer that took the command hands its op to every live peer
                 // at once. Not on the node's path: the node asks every balancer itself,
                 // and M balancers each pushing to all would be M² messages.
@@ -171,7 +182,7 @@ impl App {
         };
         let give_up = complete::give_up(op, timeout);
         let cmd = Command {
-            self_id: &self.self_id,
+            self_id: &self.id.self_id,
             op,
             node,
             give_up,
@@ -184,7 +195,7 @@ impl App {
         let (round, outcome) = loop {
             let view = match &self.cluster {
                 Some(c) => c.view(),
-                None => Arc::new(ClusterView::single(&self.self_id)),
+                None => Arc::new(ClusterView::single(&self.id.self_id)),
             };
             let in_force = self.rotations.ops().get(&label).cloned();
             let own = self.rotations.acks().get(&label).cloned();
@@ -322,7 +333,7 @@ impl App {
             },
         );
         info!(gear = %label, ok, forced = total_forced, "{verb} finished");
-        let rc = &self.rotation_counters;
+        let rc = &self.seen.rotation_counters;
         let counter = match (op, ok) {
             (Op::Out, true) => &rc.out_ok,
             (Op::Out, false) => &rc.out_failed,

@@ -19,6 +19,7 @@
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `validate`: the checks across keys;
+//! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
 
 mod duration;
@@ -27,6 +28,7 @@ mod file;
 mod load;
 mod problem;
 mod reader;
+mod restart;
 mod schema;
 mod validate;
 
@@ -37,6 +39,7 @@ pub use duration::{parse_duration, DURATION_RULE};
 pub use env::{config_path, Env, ProcessEnv, CONFIG_ENV};
 pub use load::{from_toml, load};
 pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
+pub use restart::{keep_restart_only, RestartOnly, RESTART_ONLY};
 pub use schema::{
     backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
     ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig, ProxyConfig,
