@@ -1,69 +1,57 @@
 //! gearlb: the HTTP load balancer that runs inside each web load-balancer gear of a
-//! scalable application, replacing the HAProxy cartridge.
+//! scalable application, replacing the HAProxy cartridge, and in front of any fleet of
+//! services on its own. This crate is the application; it builds on two others.
 //!
 //! # Where things happen
-//! - **A request is forwarded** in `proxy::request::forward` (`src/proxy/request.rs`):
-//!   sticky cookie, backend choice and retries; each attempt on one backend is
-//!   `proxy::attempt::send_once`, the exchange with the backend [`proxy::upstream::send`].
-//!   A client connection's life is `proxy::downstream` (its state diagram:
-//!   `src/proxy/downstream/LIFECYCLE.md`).
-//! - **A rotation completes** by [`rotation::complete::round`] (pure, table-tested),
-//!   driven by `app::rotate` (`src/app/rotate.rs`); a gear drains in [`rotation::drain`].
-//! - **The scaler decides** in [`scaler::policy::decide`] (pure), called once a second
-//!   by the acting scaler's loop in `scaler::driver`; who acts is [`scaler::election`]'s.
+//! - **A request is forwarded** in `gearlb_proxy`'s `request::forward`
+//!   (`crates/proxy/src/request.rs`): sticky cookie, backend choice and retries; each
+//!   attempt on one backend is `attempt::send_once`, the exchange with the backend
+//!   [`proxy::upstream::send`], and whether to try again is the table in
+//!   [`proxy::upstream::decide`]. A client connection's life is `downstream` (its state
+//!   diagram: `crates/proxy/src/downstream/LIFECYCLE.md`).
+//! - **A rotation completes** by [`rotation::complete::round`] (pure, table-tested, in
+//!   `gearlb-core`), driven by `app::rotate` (`src/app/rotate.rs`); a gear drains in
+//!   [`rotation::drain`].
+//! - **The scaler decides** in [`scaler::policy::decide`] (pure, `gearlb-core`), called
+//!   once a second by the acting scaler's loop in `scaler::driver`; who acts is
+//!   [`scaler::election`]'s.
 //!
-//! # Layers
-//! The module graph has no cycle, and no source file is over 600 lines: `tests/layers.rs`
-//! checks both on every test run. From the bottom up:
-//! - **leaves** that name nothing above them: [`time`], [`gear`], [`config`], [`stats`]
-//!   (the request path's counters), [`proxy::upgrade`];
-//! - **pure decisions** (no I/O, no clock reads): [`routing::select`],
-//!   [`routing::subset`], [`routing::sticky`], [`routing::affinity`], [`health`]'s state
-//!   machine, [`rotation::register`] (merge) and [`rotation::complete`], the election
-//!   and [`scaler::policy`], [`cluster::model`] (the view, built one change at a time);
-//! - **the data plane**: [`routing`] (the snapshot), [`proxy`], [`health`] checks,
-//!   [`tls`] — it names neither the cluster nor the scaler;
-//! - **the control plane and the application**: [`cluster`], [`rotation`], [`scaler`],
-//!   [`report`], [`status`], [`metrics`], [`control`], [`state`], [`app`], [`cartridge`],
-//!   [`demo`], [`sim`], [`cli`].
+//! # Crates
+//! The crate graph is the architecture (`tests/crates.rs` and `tests/layers.rs` check
+//! it; no module cycle and no subsystem cycle in any crate, no file over 600 lines):
+//! - **`gearlb-core`**, the pure decisions, with no tokio, socket or TLS dependency:
+//!   [`config`], [`gear`], the routing table and selection, subsets, sticky cookie and
+//!   affinity ([`routing`]), the health state machine, the rotation register's merge
+//!   and completion rule, the election and the scaling policy, wall-clock [`time`].
+//! - **`gearlb-proxy`**, the data plane: client connections, forwarding, the upstream
+//!   HTTP/1 client and its pools, the routing snapshot's publisher
+//!   ([`routing::Router`], each backend's [`routing::Target`] keyed by its id), the
+//!   counters ([`stats`]), health checks ([`health`]) and the TLS listener ([`tls`]).
+//!   It never names the cluster, the scaler, the report or the cartridge.
+//! - **`gearlb`** (this crate), the control plane and the application:
+//!   - [`cluster`]: the application's balancers: gossip membership (chitchat over an
+//!     authenticated transport), the cluster view, subsets and shared health;
+//!   - [`rotation`]: this balancer's copy of the register, the drain, acknowledgments;
+//!   - [`scaler`]: the acting scaler's loop and the broker client;
+//!   - [`control`]: the unix-socket control API used by `gearlb ctl`;
+//!   - [`state`]: the persisted backend set, written atomically;
+//!   - observability, in three steps from the data plane's counters ([`stats`]):
+//!     [`report`] assembles them into one status report (and samples rates once a
+//!     second), [`status`] serves that report (HTML page, HAProxy CSV, JSON, the stats
+//!     socket), and [`metrics`] collects Prometheus metrics at scrape time;
+//!   - [`app`]: a running balancer: its start-up steps, the [`app::Server`], the
+//!     control-plane operations, the rotate driver, state saves;
+//!   - [`cartridge`]: what the node platform runs in a gear (`bin/control`, setup,
+//!     hooks), the daemon's life there, and the node's gear registry;
+//!   - [`demo`]: `gearlb demo`, the whole system in one process; [`cli`]: the command
+//!     line; [`memory`]: freed heap pages back to the system when a worker goes idle.
+//! - **`gearlb-sim`**: the cluster simulator (many balancers' real cluster, rotation and
+//!   scaler code in one process over an in-memory network).
 //!
-//! # Modules
-//! - [`config`]: TOML file + gear environment → one validated `Config` (every problem
-//!   listed; one duration rule for every source).
-//! - [`gear`]: gear names, addresses and the platform's `update-cluster` entry format.
-//! - [`routing`]: the routing table snapshot (arc-swap), backend selection, connection
-//!   affinity ([`routing::affinity`]) and the sticky cookie ([`routing::sticky`]).
-//! - [`health`]: active health checks (on kept connections) and passive ejection.
-//! - [`cluster`]: the application's balancers: gossip membership (chitchat over an
-//!   authenticated transport), the cluster view, subsets and shared health.
-//! - [`proxy`]: the data plane (accept, limits, forward, stream, graceful stop);
-//!   [`proxy::upstream`] the backend HTTP/1 exchange (its decision table) and one
-//!   connection pool per backend, [`proxy::forward`] the header rewriting,
-//!   [`proxy::tunnel`] WebSocket tunnels.
-//! - [`rotation`]: rotate-out/in: the last-writer-wins register of ops, local drain,
-//!   acknowledgments and the completion rule.
-//! - [`scaler`]: the one scaler of the application: election, policy, broker client.
-//! - [`control`]: the unix-socket control API used by `gearlb ctl`.
-//! - [`state`]: the persisted backend set, written atomically.
-//! - [`stats`]: the request path's counters ([`stats::latency`] response times,
-//!   [`stats::rate`] rates); [`report`]: the status report assembled from them (and
-//!   [`report::sampler`], the once-a-second rate task); [`status`]: the status listener
-//!   (HTML page, HAProxy CSV, JSON, stats socket); [`metrics`]: Prometheus metrics
-//!   collected at scrape time.
-//! - [`app`]: assembly of a running balancer: start-up and stop ([`app::Server`]), the
-//!   control-plane operations, the rotate driver, the status report, state saves.
-//! - [`time`]: the clocks (wall-clock Unix time, the coarse monotonic clock).
-//! - [`demo`]: `gearlb demo`, the whole system in one process.
-//! - [`sim`]: the cluster simulator: many balancers' real cluster, rotation and scaler
-//!   code in one process over an in-memory network (latency, loss, partitions).
-//! - [`tls`]: the optional HTTPS listener's certificates (SNI, hot reload).
-//! - [`memory`]: returning freed heap pages to the system when a worker goes idle.
-//! - [`cartridge`]: what the node platform runs in a gear (`bin/control`, setup,
-//!   hooks), the daemon's life there, and the node's gear registry.
-//! - [`cli`]: the command line.
-//!
-//! The request path reads an immutable routing snapshot and atomic counters only: it
-//! never takes a lock and never waits on the control plane.
+//! The layers below are re-exported here under the names the application has always
+//! used ([`routing`], [`proxy`], [`stats`], [`health`], [`tls`], [`config`], [`gear`],
+//! [`time`]). The request path reads an immutable routing snapshot and atomic counters
+//! only: it never takes a lock and never waits on the control plane.
 
 #![forbid(unsafe_code)]
 

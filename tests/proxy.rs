@@ -1189,7 +1189,7 @@ async fn open_websockets_are_sessions_until_they_close() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The backend exchange's edges (see the decision table in `src/proxy/upstream/mod.rs`).
+// The backend exchange's edges (see the decision table in `crates/proxy/src/upstream/mod.rs`).
 
 /// A balancer in front of `gear` alone, health checks off (scripted gears answer only
 /// what their script says).

@@ -29,8 +29,8 @@ use crate::status::ListenerStats;
 
 /// What a running balancer holds, shared by its listeners and its control plane: the
 /// parts the request path and the control plane act on, and, grouped by concern, who
-/// it is ([`Identity`]), its state file ([`Persistence`]) and what only reports read
-/// ([`Reporting`]).
+/// it is (`Identity`), its state file (`Persistence`) and what only reports read
+/// (`Reporting`).
 pub struct App {
     pub(super) id: Identity,
     pub(super) router: Arc<Router>,

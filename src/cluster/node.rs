@@ -95,7 +95,7 @@ impl Cluster {
     }
 
     /// Start chitchat on any transport (the authenticated one in [`Cluster::start`];
-    /// an in-memory one in the simulator, [`crate::sim`]).
+    /// an in-memory one in the simulator, `gearlb_sim`).
     pub async fn start_on(
         transport: &dyn chitchat::transport::Transport,
         settings: NodeSettings,

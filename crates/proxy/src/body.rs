@@ -19,7 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::upstream::{self, SendError, UpBody};
 use super::wait::Wait;
-use super::{session::state::FrontendRequest, shared::InFlight};
+use super::{session::FrontendRequest, shared::InFlight};
 
 /// Response body sent to clients: a backend's body streamed through, or a short text
 /// written by the balancer.

@@ -38,7 +38,7 @@
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
 //! logged or formatted unless a log line is wanted, no timer is set per HTTP/1 request,
 //! and header values are shared rather than copied (see [`forward`]). A loop turn reads
-//! every ready socket before it writes to any (see [`phase`]).
+//! every ready socket before it writes to any (see [`turn`]).
 //!
 //! Layers: this file only declares the modules and re-exports what the rest of the
 //! crate uses. No module of the crate imports from it; each imports the leaf files it
@@ -58,7 +58,6 @@ pub mod h1;
 pub mod health;
 pub mod io;
 mod listener;
-pub mod phase;
 mod request;
 mod respond;
 pub mod router;
@@ -67,6 +66,7 @@ mod shared;
 pub mod stats;
 pub mod tls;
 pub mod tunnel;
+pub mod turn;
 pub mod upgrade;
 pub mod upstream;
 pub mod wait;

@@ -22,7 +22,7 @@ use super::shared::{InFlight, Settings};
 use super::upstream::{self, Answer, Check, Outgoing, ReqBody, RetryType};
 use super::wait::Wait;
 use crate::router::Target;
-use crate::session::state::{ConnState, FrontendRequest};
+use crate::session::{ConnState, FrontendRequest};
 use gearlb_core::routing::sticky::Sticky;
 
 /// What a request line in the log needs, taken before the request is consumed.

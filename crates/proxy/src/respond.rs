@@ -16,7 +16,7 @@ use super::tunnel;
 use super::upgrade::UpgradeEndpoint;
 use super::upstream::{self, Conn, UpBody};
 use super::wait::Wait;
-use crate::session::state::ConnState;
+use crate::session::ConnState;
 use gearlb_core::routing::sticky::Sticky;
 
 /// Whether a backend's response head can go to the client as it is; `Ok` carries the

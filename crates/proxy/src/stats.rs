@@ -2,10 +2,10 @@
 //!
 //! Owns the per-frontend and per-backend counters (plain relaxed atomics, bumped on the
 //! request path without locks). Nothing here reads the routing table, the cluster or
-//! the scaler: [`crate::report`] assembles what leaves the process from these counters.
+//! the scaler: the application's `report` assembles what leaves the process from them.
 //!
 //! [`latency`] holds the lock-free response-time histogram and ring; [`rate`] the
-//! per-second rates the sampler ([`crate::report::sampler`]) keeps; [`availability`]
+//! per-second rates the application's sampler (`report::sampler`) keeps; [`availability`]
 //! whether any backend can take a request, and its history.
 
 pub mod availability;

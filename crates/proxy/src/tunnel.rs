@@ -26,7 +26,7 @@ use tracing::debug;
 
 use super::io::{ActivityIo, Clock, Counted};
 use super::shared::InFlight;
-use crate::session::state::ConnState;
+use crate::session::ConnState;
 
 /// Counts a tunnel as open on its backend and the frontend until dropped; the request's
 /// in-flight count, dropped after it, ends the session on the backend.

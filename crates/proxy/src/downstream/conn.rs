@@ -34,8 +34,8 @@ use super::watchdog::{check_deadlines, StreamExec, GOAWAY_GRACE_MS};
 use crate::body::ProxyBody;
 use crate::forward::ClientInfo;
 use crate::request::handle;
-use crate::session::state::{ConnState, FrontendRequest};
 use crate::session::Session;
+use crate::session::{ConnState, FrontendRequest};
 use crate::shared::{ProxyCtx, Settings};
 use crate::wait::Phase;
 

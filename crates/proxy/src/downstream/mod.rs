@@ -11,7 +11,7 @@
 //! the connection task itself, for plain connections ([`conn`]) and TLS ones ([`tls`]).
 //!
 //! Cost: an idle connection costs mostly its task's future (kept small, see
-//! `connection_task_state_stays_small`) and its [`crate::session::state::ConnState`];
+//! `connection_task_state_stays_small`) and its [`crate::session::ConnState`];
 //! hyper's state is
 //! boxed and dropped while the connection is parked. No timer is set per request: the
 //! watchdog looks at the connection's atomics (`last_io`, `in_flight`, `idle_since`, the

@@ -16,8 +16,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::parking::{ends_head, push_tail, Handback};
-use crate::phase::WriteTurn;
-use crate::session::state::ConnState;
+use crate::session::ConnState;
+use crate::turn::WriteTurn;
 
 /// The client socket as hyper sees it: counts bytes, notes activity, and can hand the
 /// socket back ("park") when the connection is idle.

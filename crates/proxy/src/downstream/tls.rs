@@ -24,7 +24,7 @@ use super::protocol::h2_settings;
 use super::socket::ClientIo;
 use super::watchdog::{check_deadlines, StreamExec, GOAWAY_GRACE_MS};
 use crate::forward::ClientInfo;
-use crate::session::state::ConnState;
+use crate::session::ConnState;
 use crate::session::Session;
 use crate::shared::{ProxyCtx, Settings};
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use crate::session::state::ConnState;
+use crate::session::ConnState;
 use crate::wait::{watched, Phase};
 
 /// How long an idle HTTP/2 connection sent GOAWAY has to let it go out before it closes.

@@ -1,17 +1,26 @@
-//! A downstream connection as a session: counted in `connections_current`, holding
-//! one of the `limits.max_connections` permits, and keeping the graceful stop waiting,
-//! from accept to the last holder of its state (its tunnel included); and that state
-//! ([`state`]: what the connection's task, its socket wrapper, its requests and its
-//! tunnel share). A leaf below the connection (`downstream`) and the requests.
+//! A downstream connection as a session ([`Session`]): counted in
+//! `connections_current`, holding one of the `limits.max_connections` permits, and
+//! keeping the graceful stop waiting, from accept to the last holder of its state (its
+//! tunnel included); that state ([`ConnState`]: what the connection's task, its socket
+//! wrapper, its requests and its tunnel share); and a request's count on the frontend
+//! and on its connection ([`FrontendRequest`]). A leaf below the connection
+//! (`downstream`) and the requests.
 
-pub(crate) mod state;
-
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Context;
 
+use gearlb_core::config::Timeouts;
+use gearlb_core::routing::Affinity;
+use hyper::body::Incoming;
+use hyper::Request;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
+use crate::forward::ClientInfo;
+use crate::shared::ProxyCtx;
 use crate::stats::FrontendStats;
+use crate::wait::Wait;
 
 /// One client connection as HAProxy counts a session: from accept to close, the tunnel
 /// of an upgraded connection included, and once, whatever happens on the connection
@@ -78,5 +87,193 @@ mod tests {
         assert_eq!(stats.connections_current.load(Ordering::Relaxed), 0);
         assert_eq!(permits.available_permits(), 1);
         assert!(tracker.is_empty());
+    }
+}
+
+/// How often a running connection's watchdog looks at it (parking, the stop).
+const TICK_MS: u64 = 500;
+
+/// Per-connection state shared between the connection task, its socket wrapper, its
+/// requests and an upgraded connection's tunnel. Plain atomics: written and read by one
+/// task at a time in practice.
+pub(crate) struct ConnState {
+    pub ctx: Arc<ProxyCtx>,
+    /// The connection as a session: counted, permitted and tracked while this lives,
+    /// unless handed to the balancer's own protocol ([`ConnState::end_session`]). Locked
+    /// only there: dropping it with the state takes no lock.
+    session: std::sync::Mutex<Option<Session>>,
+    pub client: ClientInfo,
+    /// Where this connection's previous request went (connection affinity).
+    pub affinity: Affinity,
+    /// Coarse time (ms, `ProxyCtx::clock`) of the last byte moved.
+    pub(crate) last_io: AtomicU64,
+    /// What this connection's HTTP/1 request waits on (one at a time), for the
+    /// `timeouts.server` deadline the connection's watchdog keeps: no timer per request.
+    /// HTTP/2 streams have one each, kept by their own timer (see [`super::watchdog::StreamExec`]).
+    pub wait: Arc<Wait>,
+    /// An HTTP/2 stream's wait, from the service that made it to the executor that
+    /// spawns the stream (hyper calls one right after the other).
+    pub(crate) handoff: arc_swap::ArcSwapOption<Wait>,
+    /// Requests handed to the proxy and not yet answered in full (response body ended).
+    pub(crate) in_flight: AtomicU32,
+    /// When `in_flight` last fell to zero (or the connection was accepted): the start of
+    /// the wait for the next request head.
+    pub(crate) idle_since: AtomicU64,
+    /// The latest request had a body: its connection is not parked (see module docs).
+    pub(crate) last_had_body: AtomicBool,
+    /// Set by the connection task: park at the next safe moment.
+    pub(crate) park: AtomicBool,
+    /// HTTP/2 requests arrived on this connection.
+    pub(crate) h2: AtomicBool,
+    /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
+    /// encoded, until the socket wrapper writes them (see `ClientIo::poll_interim` in
+    /// [`super::socket`]); `has_interim` is what the write path looks at.
+    pub(crate) interim: arc_swap::ArcSwapOption<bytes::BytesMut>,
+    pub(crate) has_interim: AtomicBool,
+    /// The socket wrapper took bytes (or hyper asked it to, and the write waits for the
+    /// rest of the turn) since its last completed flush: hyper may still hold some.
+    pub(crate) unflushed: AtomicBool,
+    /// Who waits for the next completed flush ([`ConnState::flushed_or_wait`]).
+    pub(crate) flushed: atomic_waker::AtomicWaker,
+    pub(crate) flush_wanted: AtomicBool,
+    /// How often the watchdog looks at a busy connection.
+    pub(crate) tick_ms: u64,
+}
+
+impl ConnState {
+    /// The connection leaves the proxy's sessions: it was upgraded to the balancer's own
+    /// protocol (gossip), which keeps its own limits and stops on its own.
+    pub fn end_session(&self) {
+        let taken = self
+            .session
+            .lock()
+            .map(|mut s| s.take())
+            .unwrap_or_else(|p| p.into_inner().take());
+        drop(taken);
+    }
+
+    pub(crate) fn new(
+        ctx: Arc<ProxyCtx>,
+        session: Session,
+        client: ClientInfo,
+        t: &Timeouts,
+    ) -> Self {
+        let now = ctx.clock.now_ms();
+        let server_ms = t.server.as_millis() as u64;
+        ConnState {
+            wait: Arc::new(Wait::new(ctx.clock, t.client, t.server)),
+            handoff: arc_swap::ArcSwapOption::empty(),
+            ctx,
+            session: std::sync::Mutex::new(Some(session)),
+            client,
+            affinity: Affinity::default(),
+            last_io: AtomicU64::new(now),
+            in_flight: AtomicU32::new(0),
+            idle_since: AtomicU64::new(now),
+            last_had_body: AtomicBool::new(false),
+            park: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            interim: arc_swap::ArcSwapOption::empty(),
+            has_interim: AtomicBool::new(false),
+            unflushed: AtomicBool::new(false),
+            flushed: atomic_waker::AtomicWaker::new(),
+            flush_wanted: AtomicBool::new(false),
+            // A quarter of the response timeout when that is short, so that it is kept
+            // to within a quarter.
+            tick_ms: TICK_MS.min(server_ms / 4).max(1),
+        }
+    }
+
+    /// The wait of a request arriving on this connection: the connection's own for
+    /// HTTP/1 (one request at a time), a new one for an HTTP/2 stream, handed to the
+    /// executor that spawns the stream (see [`super::watchdog::StreamExec`]).
+    pub(crate) fn request_wait(&self, req: &Request<Incoming>) -> (Arc<Wait>, bool) {
+        if req.version() != http::Version::HTTP_2 {
+            return (self.wait.clone(), false);
+        }
+        self.h2.store(true, Ordering::Relaxed);
+        let w = Arc::new(Wait::new(
+            self.ctx.clock,
+            self.wait.client(),
+            self.wait.server(),
+        ));
+        self.handoff.store(Some(w.clone()));
+        (w, true)
+    }
+
+    /// An HTTP/2 connection (streams keep their own timeouts).
+    pub(crate) fn is_h2(&self) -> bool {
+        self.h2.load(Ordering::Relaxed)
+    }
+
+    /// Everything written to the client so far went out (`true`); else the task in `cx`
+    /// is woken at the next completed flush. A response body that failed waits for
+    /// this before it says so: hyper drops what it still holds of a response whose body
+    /// fails, and the client would get nothing at all instead of a cut.
+    pub fn flushed_or_wait(&self, cx: &mut Context<'_>) -> bool {
+        if !self.unflushed.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.flushed.register(cx.waker());
+        self.flush_wanted.store(true, Ordering::Relaxed);
+        !self.unflushed.load(Ordering::Relaxed)
+    }
+
+    /// Pass an interim response on to this connection's HTTP/1.1 client (RFC 9110
+    /// §15.2: a proxy forwards 1xx responses). hyper's server cannot send one: the
+    /// socket wrapper writes it at the next moment hyper has nothing buffered.
+    pub fn push_interim(&self, head: &crate::h1::Head) {
+        let mut headers = head.parts.headers.clone();
+        crate::forward::remove_hop_headers(&mut headers);
+        let mut out = match self.interim.swap(None) {
+            // Several in a row before the socket took the first.
+            Some(prev) => Arc::unwrap_or_clone(prev),
+            None => bytes::BytesMut::new(),
+        };
+        crate::h1::encode_interim(head.parts.status, &headers, &mut out);
+        self.interim.store(Some(Arc::new(out)));
+        self.has_interim.store(true, Ordering::Release);
+    }
+
+    /// A request arrived (its head is complete): called when hyper hands it over, before
+    /// its handler first runs, so that the connection never looks idle in between.
+    pub fn request_started(&self, has_body: bool) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.last_had_body.store(has_body, Ordering::Relaxed);
+        // Busy again: parking waits for a new idle period.
+        self.park.store(false, Ordering::Relaxed);
+    }
+
+    /// A request was answered in full (or abandoned).
+    pub fn request_finished(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // The last byte moved is when the response ended, to a few microseconds:
+            // no clock read needed.
+            self.idle_since
+                .store(self.last_io.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts a request as in flight on the frontend and its connection until dropped
+/// (with the response body, when it has been sent in full).
+pub(crate) struct FrontendRequest(pub(crate) Arc<ConnState>);
+
+impl FrontendRequest {
+    pub(crate) fn start(conn: &Arc<ConnState>, has_body: bool) -> Self {
+        conn.ctx.stats.request_started();
+        conn.request_started(has_body);
+        FrontendRequest(conn.clone())
+    }
+}
+
+impl Drop for FrontendRequest {
+    fn drop(&mut self) {
+        self.0
+            .ctx
+            .stats
+            .requests_current
+            .fetch_sub(1, Ordering::Relaxed);
+        self.0.request_finished();
     }
 }

@@ -50,7 +50,7 @@ pub async fn send(
     wait.reset();
     conn.heard = false;
     // Behind the other reads of this turn (`phase`).
-    crate::phase::rest_of_turn().await;
+    crate::turn::rest_of_turn().await;
     // Waiting on the backend from now: to take the request, and, for a request without
     // a body (sent at once), to answer it.
     wait.enter(Phase::Server);
