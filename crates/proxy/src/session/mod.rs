@@ -60,35 +60,7 @@ impl Drop for Session {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
 
-    use super::*;
-
-    /// A session is one connection from accept to its last holder: counted once, its
-    /// permit held, the stop kept waiting; all three end together.
-    #[test]
-    fn a_session_counts_holds_and_is_tracked_until_dropped() {
-        let stats = Arc::new(FrontendStats::default());
-        let permits = Arc::new(tokio::sync::Semaphore::new(1));
-        let tracker = tokio_util::task::TaskTracker::new();
-        let s = Session::open(
-            stats.clone(),
-            permits.clone().try_acquire_owned().unwrap(),
-            tracker.token(),
-        );
-        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 1);
-        assert_eq!(permits.available_permits(), 0);
-        tracker.close();
-        assert_eq!(tracker.len(), 1);
-        assert!(!tracker.is_empty());
-        drop(s);
-        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 0);
-        assert_eq!(permits.available_permits(), 1);
-        assert!(tracker.is_empty());
-    }
-}
 
 /// How often a running connection's watchdog looks at it (parking, the stop).
 const TICK_MS: u64 = 500;
@@ -275,5 +247,35 @@ impl Drop for FrontendRequest {
             .requests_current
             .fetch_sub(1, Ordering::Relaxed);
         self.0.request_finished();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    /// A session is one connection from accept to its last holder: counted once, its
+    /// permit held, the stop kept waiting; all three end together.
+    #[test]
+    fn a_session_counts_holds_and_is_tracked_until_dropped() {
+        let stats = Arc::new(FrontendStats::default());
+        let permits = Arc::new(tokio::sync::Semaphore::new(1));
+        let tracker = tokio_util::task::TaskTracker::new();
+        let s = Session::open(
+            stats.clone(),
+            permits.clone().try_acquire_owned().unwrap(),
+            tracker.token(),
+        );
+        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 1);
+        assert_eq!(permits.available_permits(), 0);
+        tracker.close();
+        assert_eq!(tracker.len(), 1);
+        assert!(!tracker.is_empty());
+        drop(s);
+        assert_eq!(stats.connections_current.load(Ordering::Relaxed), 0);
+        assert_eq!(permits.available_permits(), 1);
+        assert!(tracker.is_empty());
     }
 }
