@@ -29,8 +29,12 @@ use tokio::time::Instant;
 #[derive(Clone, Copy, Debug)]
 struct Seen {
     heartbeat: u64,
-    /// When the heartbeat last advanced (never, for a node only seen once).
+    /// When the heartbeat last advanced (never, for a node only seen once), moved on by
+    /// the time this balancer's own checks ran late (see [`Liveness::tick`]).
     advanced: Option<Instant>,
+    /// When the heartbeat last advanced, as it was: never moved on (the scaler's fence
+    /// asks who was heard after this balancer resumed, see [`Liveness::heard`]).
+    heard: Option<Instant>,
 }
 
 /// Heartbeat-based liveness of the nodes of one cluster, keyed by `K`.
@@ -91,12 +95,14 @@ impl<K: Eq + Hash + Clone> Liveness<K> {
                     Seen {
                         heartbeat,
                         advanced: None,
+                        heard: None,
                     },
                 );
             }
             Some(s) if heartbeat > s.heartbeat => {
                 s.heartbeat = heartbeat;
                 s.advanced = Some(now);
+                s.heard = Some(now);
             }
             Some(_) => {}
         }
@@ -120,6 +126,12 @@ impl<K: Eq + Hash + Clone> Liveness<K> {
             .get(node)
             .and_then(|s| s.advanced)
             .is_some_and(|t| now.saturating_duration_since(t) <= limit)
+    }
+
+    /// When the node's heartbeat was last seen advancing, whatever this balancer's own
+    /// stalls (not credited as [`Liveness::is_live`] credits them).
+    pub fn heard(&self, node: &K) -> Option<Instant> {
+        self.seen.get(node).and_then(|s| s.heard)
     }
 
     /// Forget nodes `keep` rejects (gone from gossip).
@@ -183,6 +195,10 @@ mod tests {
             "not dead for our own stall"
         );
         assert!(l.stalled >= Duration::from_secs(4));
+        // What was really heard, and when, is kept apart for the scaler's fence: the
+        // peer was not heard during the stall.
+        let heard = l.heard(&"a").unwrap();
+        assert!(Instant::now().duration_since(heard) >= Duration::from_secs(5));
         // But a peer silent for the timeout after we are back is dead.
         for _ in 0..11 {
             tokio::time::advance(P).await;

@@ -135,6 +135,16 @@ impl Model {
         }
     }
 
+    /// Each counted member (live or not) by id, with when its heartbeat was last seen
+    /// advancing (not credited with this balancer's own stalls): what the scaler's
+    /// fence asks (see `gearlb_core::scaler::fence`).
+    pub fn heard(&self) -> Vec<(String, Instant)> {
+        self.chosen
+            .values()
+            .filter_map(|id| Some((id.node_id.to_string(), self.liveness.heard(id)?)))
+            .collect()
+    }
+
     /// Time this balancer's own checks ran late, in total.
     pub fn stalled(&self) -> Duration {
         self.liveness.stalled

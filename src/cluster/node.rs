@@ -37,6 +37,9 @@ pub struct Cluster {
     known_changed: watch::Sender<u64>,
     view: ArcSwap<ClusterView>,
     view_changed: watch::Sender<u64>,
+    /// Each live peer by id with when its heartbeat last advanced, as of the last
+    /// gossip round (for the scaler's fence).
+    heard: ArcSwap<Vec<(String, tokio::time::Instant)>>,
     stats: Arc<GossipStats>,
     /// Bumped when ids of address-only peers were learnt (the state file keeps them).
     learned: watch::Sender<u64>,
@@ -167,6 +170,7 @@ impl Cluster {
             known_changed: watch::Sender::new(0),
             view: ArcSwap::new(model.view()),
             view_changed: watch::Sender::new(0),
+            heard: ArcSwap::from_pointee(Vec::new()),
             stats,
             learned: watch::Sender::new(0),
             events: Mutex::new(Some(rx)),
@@ -193,6 +197,17 @@ impl Cluster {
     }
 
     /// The current view (lock-free).
+    /// Each live peer by id with when its heartbeat was last seen advancing (not
+    /// credited with this balancer's own stalls), as of the last gossip round.
+    pub fn heard(&self) -> Arc<Vec<(String, tokio::time::Instant)>> {
+        self.heard.load_full()
+    }
+
+    /// The failure detector's timeout: a peer not heard from for this long is dead.
+    pub fn liveness_window(&self) -> Duration {
+        failure_timeout(self.gossip_interval)
+    }
+
     pub fn view(&self) -> Arc<ClusterView> {
         self.view.load_full()
     }
@@ -341,6 +356,7 @@ impl Cluster {
                 _ = poll.tick() => {
                     let beats = self.heartbeats().await;
                     model.heartbeats(tokio::time::Instant::now(), beats);
+                    self.heard.store(Arc::new(model.heard()));
                 }
                 _ = known_rx.changed() => {
                     model.set_known(self.known());

@@ -1,9 +1,17 @@
 //! The scaler of this balancer ([`Scaler`]): its loop elects on every change of the
 //! cluster view, and while acting decides every `scaler.check_interval` from the
 //! gossiped loads and calls the broker; manual scale events; its report for `status`.
+//!
+//! The acting role is fenced (`gearlb_core::scaler::fence`): the loop turns at least
+//! every [`FENCE_TICK`], and on every turn and right before every call to the broker
+//! it checks on a monotonic clock that it was not stopped or starved, that a majority
+//! was heard from since it resumed, and that no other balancer claims the role; it
+//! stands down otherwise, and says why in the log. A balancer takes over only once the
+//! last claim it heard from another has lapsed (`fence::claim_lapsed`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +24,7 @@ use crate::cluster::{keys, Cluster, ClusterView};
 use crate::routing::Router;
 use gearlb_core::scaler::election::{elect, park_local_gear, Candidate, Election};
 use gearlb_core::scaler::failures;
+use gearlb_core::scaler::fence::{Fence, StepDown};
 use gearlb_core::scaler::policy::{self, Decision, Outcome, PolicyConfig, PolicyState, Sample};
 
 /// Scaler settings in force (swapped on reload).
@@ -66,14 +75,24 @@ pub struct ScalerReport {
     pub checks: u64,
 }
 
+/// How often the scaler's loop turns at least (its fence's tick): a turn that comes
+/// much later than this shows a stall.
+pub const FENCE_TICK: Duration = Duration::from_millis(100);
+
 /// The scaler of this balancer.
 pub struct Scaler {
     pub settings: arc_swap::ArcSwap<ScalerSettings>,
     broker: Option<Broker>,
     /// scale-up, scale-down decisions; broker done, at limit, failed.
     counts: [std::sync::atomic::AtomicU64; 5],
-    report: Mutex<ScalerReport>,
-    self_id: String,
+    pub(super) report: Mutex<ScalerReport>,
+    pub(super) self_id: String,
+    /// The monotonic clock's origin for this scaler's times (milliseconds since).
+    pub(super) clock: tokio::time::Instant,
+    /// The acting role's lease: it lapses at this time unless the loop turns again
+    /// (0: not acting). A report read while the loop is not running (a stalled process
+    /// that just woke) never shows it acting past its lease.
+    pub(super) acting_until_ms: AtomicU64,
 }
 
 use crate::time::unix_ms;
@@ -90,7 +109,20 @@ impl Scaler {
             }),
             broker,
             self_id,
+            clock: tokio::time::Instant::now(),
+            acting_until_ms: AtomicU64::new(0),
         })
+    }
+
+    /// Milliseconds on the monotonic clock since this scaler was made.
+    pub(super) fn mono_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// Whether this balancer acts as the scaler now: elected, fenced, and its lease not
+    /// lapsed (what reports say and what `status` shows).
+    pub fn acting(&self) -> bool {
+        self.mono_ms() <= self.acting_until_ms.load(Ordering::Relaxed)
     }
 
     /// (scale-up decisions, scale-down decisions, broker calls done, at limit, failed).
@@ -109,10 +141,12 @@ impl Scaler {
     }
 
     pub fn report(&self) -> ScalerReport {
-        self.report.lock().map(|r| r.clone()).unwrap_or_default()
+        let mut r = self.report.lock().map(|r| r.clone()).unwrap_or_default();
+        r.acting = r.acting && self.acting();
+        r
     }
 
-    fn update(&self, f: impl FnOnce(&mut ScalerReport)) {
+    pub(super) fn update(&self, f: impl FnOnce(&mut ScalerReport)) {
         if let Ok(mut r) = self.report.lock() {
             f(&mut r);
         }
@@ -204,11 +238,21 @@ impl Scaler {
             live: 1,
             known: 1,
             quorum: true,
+            first: true,
         };
+        let liveness = cluster
+            .as_ref()
+            .map_or(Duration::from_secs(2), |c| c.liveness_window());
+        let mut fence = Fence::new(FENCE_TICK, liveness);
+        let mut tick = tokio::time::interval(FENCE_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Other balancers' claims to act, by id: when each was last heard making one.
+        let mut claims: HashMap<String, u64> = HashMap::new();
         loop {
             let check = tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep_until(next_check) => true,
+                _ = tick.tick() => false,
                 r = async {
                     match views.as_mut() {
                         Some(v) => v.changed().await.is_ok(),
@@ -221,11 +265,18 @@ impl Scaler {
                     false
                 }
             };
+            // First of all, whether this process was stopped or starved since the last
+            // turn: if so it stands down below, before anything else.
+            let now_ms = self.mono_ms();
+            let stalled = fence.turn(now_ms);
             let s = self.settings.load_full();
             let view = match &cluster {
                 Some(c) => c.view(),
                 None => Arc::new(ClusterView::single(&self.self_id)),
             };
+            if let Some(c) = &cluster {
+                self.note_claims(&mut claims, &view, &c.heard(), now_ms, liveness);
+            }
             let inputs = (view.versions.members, view.versions.scaler);
             if elected_on != Some(inputs) || check {
                 elected_on = Some(inputs);
@@ -243,30 +294,28 @@ impl Scaler {
                     }
                     last_belief = e.scaler.clone();
                 }
-                if e.acts != was_acting {
-                    if e.acts {
-                        info!("this balancer is now the scaler");
-                    } else {
-                        info!(quorum = e.quorum, "this balancer stopped acting as scaler");
-                    }
-                    was_acting = e.acts;
-                    if let Some(c) = &cluster {
-                        c.publish(keys::ACTS, if e.acts { "1" } else { "0" }.into())
-                            .await;
-                        // The balancer taking over waits for this: tell it now.
-                        if let Some(next) = e.scaler.as_deref().filter(|n| *n != self.self_id) {
-                            c.push_to(next);
-                        }
-                    }
-                }
                 self.update(|r| {
                     r.scaler = e.scaler.clone();
-                    r.acting = e.acts;
                     r.quorum = e.quorum;
                     r.live = e.live;
                     r.known = e.known;
                 });
             }
+            // Elected, and fenced: it acts.
+            let fenced = match stalled {
+                Some(gap_ms) => Err(StepDown::Stalled { gap_ms }),
+                None => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
+            };
+            let acts = e.acts && fenced.is_ok();
+            if acts != was_acting {
+                was_acting = acts;
+                self.set_acting(&cluster, &e, acts, fenced.err()).await;
+            }
+            self.acting_until_ms.store(
+                if acts { fence.valid_until() } else { 0 },
+                Ordering::Relaxed,
+            );
+            self.update(|r| r.acting = acts);
             if !check {
                 continue;
             }
@@ -332,10 +381,18 @@ impl Scaler {
                 r.gears = gears;
                 r.checks += 1;
             });
-            if !e.acts || !enabled {
+            if !was_acting || !enabled {
                 continue;
             }
             let Some(b) = &self.broker else { continue };
+            // Right before the broker: still the one acting?
+            if let Err(why) =
+                self.fenced(&fence, &cluster, &view, &e, &claims, true, self.mono_ms())
+            {
+                was_acting = false;
+                self.set_acting(&cluster, &e, false, Some(why)).await;
+                continue;
+            }
             let now = unix_ms();
             if limits.is_none_or(|(_, at)| now.saturating_sub(at) > 300_000) {
                 let result = b.limits().await;
@@ -409,6 +466,14 @@ impl Scaler {
                 gears,
                 "scale decision"
             );
+            // The limits call may have taken long: still the one acting?
+            if let Err(why) =
+                self.fenced(&fence, &cluster, &view, &e, &claims, true, self.mono_ms())
+            {
+                was_acting = false;
+                self.set_acting(&cluster, &e, false, Some(why)).await;
+                continue;
+            }
             self.counts[usize::from(event == "scale-down")]
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (outcome, text) = b.event(event).await;

@@ -27,6 +27,7 @@
 
 pub mod broker;
 mod driver;
+mod role;
 
 pub use driver::{Scaler, ScalerReport, ScalerSettings};
 pub use gearlb_core::scaler::{elect, park_local_gear, Candidate, Election, ScaleEvent};

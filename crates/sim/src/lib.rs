@@ -8,8 +8,9 @@
 //! [`ChannelTransport`] (which encodes and decodes every message as on the wire and
 //! enforces the 65 507-byte message limit) and adds, at the receiving end, per-message
 //! latency, random loss, partitions (groups of addresses that cannot reach each other)
-//! and stalls (a node that neither sends nor receives for a while, as a process
-//! descheduled or stopped). Every balancer has its own routing table with the N gears.
+//! and stalls (a node that neither sends nor receives for a while). A balancer's whole
+//! process can be stopped too ([`Sim::stall_process`], as SIGSTOP or CPU starvation
+//! would): none of its tasks runs meanwhile ([`Gate`]), and its clock shows the gap. Every balancer has its own routing table with the N gears.
 //! No health checks or proxies run: gears are up unless a test says otherwise.
 //!
 //! Meant to run on a tokio current-thread runtime with paused time (`start_paused`):
@@ -26,7 +27,9 @@
 mod net;
 mod node;
 mod scenario;
+mod stall;
 
 pub use net::{NetConfig, SimNet, Traffic, MTU};
 pub use node::{node_addr, process_cpu, Death, Sim, SimConfig, SimNode};
 pub use scenario::RotateOutcome;
+pub use stall::Gate;

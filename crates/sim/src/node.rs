@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::net::{NetConfig, SimNet, Traffic};
+use super::stall::Gate;
 use gearlb::cluster::transport::GossipStats;
 use gearlb::cluster::{Cluster, NodeSettings};
 use gearlb::gear::PeerSpec;
@@ -62,6 +63,8 @@ pub struct SimNode {
     pub scaler: Arc<Scaler>,
     pub(super) stop: CancellationToken,
     pub(super) tasks: Vec<JoinHandle<()>>,
+    /// Every task of the balancer runs behind it (a stopped or starved process).
+    pub gate: Arc<Gate>,
     /// Still running (not crashed or stopped).
     pub running: bool,
 }
@@ -196,29 +199,30 @@ impl Sim {
         let frontend = Arc::new(FrontendStats::default());
         let stop = CancellationToken::new();
         let coverage = Arc::new(AtomicU32::new(self.cfg.coverage));
+        let gate = Arc::new(Gate::default());
         let tasks = vec![
-            tokio::spawn(cluster.clone().run(stop.clone())),
-            tokio::spawn(gearlb::cluster::sync::run(
+            tokio::spawn(gate.run(cluster.clone().run(stop.clone()))),
+            tokio::spawn(gate.run(gearlb::cluster::sync::run(
                 cluster.clone(),
                 router.clone(),
                 frontend,
                 coverage,
                 stop.clone(),
-            )),
-            tokio::spawn(rotation::run(
+            ))),
+            tokio::spawn(gate.run(rotation::run(
                 rotations.clone(),
                 router.clone(),
                 Some(cluster.clone()),
                 |_| {},
                 stop.clone(),
-            )),
-            tokio::spawn(scaler.clone().run(
+            ))),
+            tokio::spawn(gate.run(scaler.clone().run(
                 Some(cluster.clone()),
                 router.clone(),
                 Arc::new(|| 0.0),
                 Some(id.to_string()),
                 stop.clone(),
-            )),
+            ))),
             tokio::spawn(watch_deaths(
                 cluster.clone(),
                 self.t0,
@@ -235,6 +239,7 @@ impl Sim {
             scaler,
             stop,
             tasks,
+            gate,
             running: true,
         })
     }

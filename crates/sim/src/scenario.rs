@@ -53,6 +53,15 @@ impl Sim {
         })
     }
 
+    /// Stop balancer `i`'s process for `d`, as SIGSTOP (or starvation) would: none of
+    /// its tasks runs, it neither sends nor receives, and when it resumes its clock has
+    /// moved on by `d`.
+    pub fn stall_process(&self, i: usize, d: Duration) {
+        let until = Instant::now() + d;
+        self.net.stall(self.nodes[i].addr, until);
+        self.nodes[i].gate.shut_until(until);
+    }
+
     /// Balancers acting as scaler now.
     pub fn acting(&self) -> Vec<usize> {
         self.running()

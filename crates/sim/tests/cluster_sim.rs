@@ -168,3 +168,59 @@ async fn one_acting_scaler_at_every_instant_through_partition_and_heal() {
     );
     sim.shutdown().await;
 }
+
+/// Sample the acting scalers every millisecond of virtual time for `d`: never two at
+/// once. Returns the balancers seen acting, in order of first sight.
+async fn never_two_acting(sim: &Sim, d: Duration, what: &str) -> Vec<usize> {
+    let t = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    while t.elapsed() < d {
+        let acting = sim.acting();
+        if acting.len() > 1 {
+            for i in &acting {
+                eprintln!("balancer {i}: {:?}", sim.nodes[*i].scaler.report());
+            }
+        }
+        assert!(
+            acting.len() <= 1,
+            "{acting:?} act at once {:?} into {what}",
+            t.elapsed()
+        );
+        for i in acting {
+            if !seen.contains(&i) {
+                seen.push(i);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    seen
+}
+
+/// The acting scaler's process is stopped (SIGSTOP, or starved) for 5 s and for 30 s,
+/// then resumes: another balancer takes over while it is stopped, and at no instant do
+/// two act — not while it is stopped (its role is a lease its loop must renew), and not
+/// when it wakes with its old view (it sees the gap in its own clock and stands down
+/// before anything else).
+#[tokio::test(start_paused = true)]
+async fn a_stalled_scaler_never_acts_beside_its_successor() {
+    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    for stall in [Duration::from_secs(5), Duration::from_secs(30)] {
+        sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+            .await
+            .expect("one acting scaler");
+        let stalled = sim.acting()[0];
+        sim.stall_process(stalled, stall);
+        let during = never_two_acting(&sim, stall, "the stall").await;
+        assert!(
+            during.iter().any(|i| *i != stalled),
+            "nobody took over during a {stall:?} stall: {during:?}"
+        );
+        let after = never_two_acting(&sim, Duration::from_secs(10), "the wake-up").await;
+        assert!(!after.is_empty(), "nobody acts after the wake-up");
+        assert_eq!(sim.acting().len(), 1, "one scaler once settled");
+    }
+    sim.shutdown().await;
+}

@@ -27,6 +27,10 @@ pub struct Election {
     pub live: usize,
     pub known: usize,
     pub quorum: bool,
+    /// This balancer ranks first among every known balancer: a tie (exactly half
+    /// counted) is its to break.
+    #[serde(default)]
+    pub first: bool,
 }
 
 /// Rank key: lower is better.
@@ -85,6 +89,7 @@ pub fn elect(
         live,
         known,
         quorum,
+        first: unlisted == 0 && me_pos == Some(0),
     }
 }
 

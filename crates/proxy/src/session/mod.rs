@@ -60,8 +60,6 @@ impl Drop for Session {
     }
 }
 
-
-
 /// How often a running connection's watchdog looks at it (parking, the stop).
 const TICK_MS: u64 = 500;
 
