@@ -7,6 +7,11 @@
 //! and publishes this balancer's own health report: its subset epoch (`hs`) and the
 //! gears of its subset found down, in bounded buckets (`hd:`, see [`super::keys`]).
 //! It also publishes this balancer's `load` once a second.
+//!
+//! Recomputing every subset costs O(M × N) (about 6 ms at M = 100, N = 1 000), so it is
+//! done at most once per [`SETTLE`]: a burst of membership changes (a cold start, a
+//! flapping peer, a partition's heal) costs one recompute per settle period, not one per
+//! change. The inputs that came meanwhile are all taken in by the next one.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,6 +24,9 @@ use tracing::info;
 use super::{keys, Cluster, Load};
 use crate::routing::{subset, Router};
 use crate::stats::FrontendStats;
+
+/// The shortest time between two recomputations of the subsets.
+pub const SETTLE: Duration = Duration::from_millis(250);
 
 /// What subsets and remote health are computed from: (the versions of) the live
 /// balancers and when they started, the routing table's generation, the coverage and
@@ -43,6 +51,9 @@ pub async fn run(
     let mut applied: Option<Inputs> = None;
     let mut published_epoch = String::new();
     let mut published_down: BTreeMap<String, String> = BTreeMap::new();
+    // When the subsets were last recomputed, and a recomputation put off until then.
+    let mut recomputed: Option<tokio::time::Instant> = None;
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
         let mut publish_load = false;
         tokio::select! {
@@ -50,6 +61,7 @@ pub async fn run(
             r = views.changed() => if r.is_err() { return },
             r = tables.changed() => if r.is_err() { return },
             _ = tick.tick() => publish_load = true,
+            _ = async { tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)).await }, if due.is_some() => due = None,
         }
         let view = cluster.view();
         let generation = *tables.borrow_and_update();
@@ -60,7 +72,15 @@ pub async fn run(
                 && *c == cov
                 && *reports == view.versions.reports
         });
-        if !unchanged {
+        let turn = tokio::time::Instant::now();
+        let settled = recomputed.is_none_or(|at| turn >= at + SETTLE);
+        if !unchanged && !settled {
+            // Put off: the changes that come meanwhile are taken in with this one.
+            due = recomputed.map(|at| at + SETTLE);
+        }
+        if !unchanged && settled {
+            recomputed = Some(turn);
+            due = None;
             let table = router.snapshot();
             let labels: Vec<&str> = table
                 .entries()
