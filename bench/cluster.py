@@ -22,6 +22,13 @@ Measured, in this order:
                 balancer acknowledged), then rotated back in; acks and failures counted;
                 CPU per balancer over the rotation phase;
   false deaths  "peer balancer dead or left" log lines while no balancer was stopped;
+  stalls        (--stop 5,30) for each duration: SIGSTOP the acting scaler for that long,
+                SIGCONT, wait 10 s; whether another took over meanwhile;
+  overlap       from every balancer's log, after set-peers and before the failovers: the
+                intervals each one acted ("this balancer is now the scaler" to "stands
+                down" / "stopped acting"; a stalled one's role ends when its lease lapsed,
+                as its stand-down line says), the most acting at once and for how long
+                two or more did;
   failover      (--failover K) K times: kill -9 the acting scaler and time until another
                 one acts.
 
@@ -128,7 +135,7 @@ secret = "{SECRET}"
 gossip_interval = "{args.gossip}"
 """
             )
-        env = dict(os.environ, GEARLB_LOG="warn,gearlb::server=info,gearlb::cluster=info,gearlb::scaler=info")
+        env = dict(os.environ, GEARLB_LOG="warn,gearlb::app=info,gearlb::cluster=info,gearlb::scaler=info")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [args.bin, "run", "--config", conf],
@@ -180,6 +187,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--idle", type=float, default=30.0)
     ap.add_argument("--failover", type=int, default=0)
+    ap.add_argument("--stop", default="", help="SIGSTOP the acting scaler for these seconds, e.g. 5,30")
     ap.add_argument("--gossip", default="200ms")
     ap.add_argument("--rotate-timeout", default="20s")
     ap.add_argument("--converge-limit", type=float, default=120.0)
@@ -216,6 +224,9 @@ def main():
         for lb in lbs:
             r, _ = request(lb.sock, {"cmd": "set-peers", "args": [peers]})
             assert r["exit_code"] == 0, r["message"]
+        # Before its set-peers a balancer knows only itself and is its own scaler: the
+        # overlap is counted from when every one knows the others.
+        peers_known = time.time()
         converged = None
         while time.time() - t0 < args.converge_limit:
             if all(len(lb.live()) == args.m for lb in lbs):
@@ -296,6 +307,33 @@ def main():
             f"false deaths {result['false_deaths']}",
             flush=True,
         )
+        # Stalls of the acting scaler.
+        stalls = []
+        for secs in [float(x) for x in args.stop.split(",") if x]:
+            alive = sorted((lb for lb in lbs if lb.proc.poll() is None), key=lambda lb: lb.id)
+            acting = [lb for lb in alive[:3] if lb.status()["scaler"]["acting"]]
+            if len(acting) != 1:
+                print(f"  stall: {len(acting)} acting scalers among the first three", flush=True)
+                break
+            victim = acting[0]
+            others = [lb for lb in alive if lb is not victim]
+            marks = {lb.id: lb.log_text().count("this balancer is now the scaler") for lb in others}
+            victim.proc.send_signal(signal.SIGSTOP)
+            time.sleep(secs)
+            took_over = any(lb.log_text().count("this balancer is now the scaler") > marks[lb.id] for lb in others)
+            victim.proc.send_signal(signal.SIGCONT)
+            time.sleep(10)
+            stalls.append({"stop_s": secs, "took_over": took_over})
+            print(f"  SIGSTOP of the acting scaler for {secs:g}s: another took over: {took_over}", flush=True)
+        result["stalls"] = stalls
+        most, overlap_s, intervals = acting_overlap(lbs, peers_known, time.time())
+        result["acting_most_at_once"] = most
+        result["acting_overlap_s"] = overlap_s
+        print(
+            f"  acting scalers from the logs since every balancer had its set-peers: {intervals} intervals, "
+            f"most at once {most}, {overlap_s:.3f}s with two or more",
+            flush=True,
+        )
         # Failover.
         fo = []
         for _ in range(args.failover):
@@ -336,6 +374,56 @@ def main():
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rotate_out_s",)}))
+
+
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z\s.*?(this balancer is now the scaler|stands down as the scaler|stopped acting as scaler)(.*)$")
+
+
+def wall(stamp):
+    from datetime import datetime, timezone
+
+    return datetime.fromisoformat(stamp[:26]).replace(tzinfo=timezone.utc).timestamp()
+
+
+def acting_overlap(lbs, since, until):
+    """From the logs: (most acting at once, seconds with two or more, intervals) over
+    [since, until]. A stand-down after a stall ends the role when its lease lapsed."""
+    events = []
+    intervals = 0
+    for lb in lbs:
+        start = None
+        for line in lb.log_text().splitlines():
+            m = STAMP.match(line)
+            if not m:
+                continue
+            t = wall(m.group(1))
+            if m.group(2) == "this balancer is now the scaler":
+                start = start if start is not None else t
+                continue
+            if start is None:
+                continue
+            lapsed = re.search(r"its role lapsed (\d+) ms ago", m.group(3))
+            end = t - int(lapsed.group(1)) / 1000 if lapsed else t
+            events.append((max(start, since), 1))
+            events.append((max(end, since), -1))
+            intervals += 1
+            start = None
+        if start is not None:
+            events.append((max(start, since), 1))
+            events.append((until, -1))
+            intervals += 1
+    events = [(t, d) for t, d in events if t <= until]
+    events.sort()
+    cur = most = 0
+    overlap = 0.0
+    last = since
+    for t, d in events:
+        if cur >= 2:
+            overlap += t - last
+        cur += d
+        most = max(most, cur)
+        last = t
+    return most, overlap, intervals
 
 
 def parse_secs(text):

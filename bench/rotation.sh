@@ -55,7 +55,7 @@ transport = "http"
 secret = "bench-secret-0123456789abcdef"
 gossip_interval = "$GOSSIP"
 TOML
-    GEARLB_LOG=warn,gearlb::server=info "$BIN" run --config "$d/gearlb.toml" > "$d/log" 2>&1 &
+    GEARLB_LOG=warn,gearlb::app=info "$BIN" run --config "$d/gearlb.toml" > "$d/log" 2>&1 &
     pids+=("$!")
     socks+=("$d/control.sock")
   done

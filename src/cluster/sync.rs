@@ -9,9 +9,12 @@
 //! It also publishes this balancer's `load` once a second.
 //!
 //! Recomputing every subset costs O(M × N) (about 6 ms at M = 100, N = 1 000), so it is
-//! done at most once per [`SETTLE`]: a burst of membership changes (a cold start, a
-//! flapping peer, a partition's heal) costs one recompute per settle period, not one per
-//! change. The inputs that came meanwhile are all taken in by the next one.
+//! done only when what the subsets are computed from changed (the live balancers and
+//! when they started, the gears, the coverage: their epoch), not for a peer's health
+//! report or a health or rotation change in the table; and at most once per
+//! [`SETTLE`]: a burst of membership changes (a cold start, a flapping peer, a
+//! partition's heal) costs one recompute per settle period, not one per change. The
+//! inputs that came meanwhile are all taken in by the next one.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -54,6 +57,10 @@ pub async fn run(
     // When the subsets were last recomputed, and a recomputation put off until then.
     let mut recomputed: Option<tokio::time::Instant> = None;
     let mut due: Option<tokio::time::Instant> = None;
+    // The subsets last computed, by their epoch (a hash of exactly what they are
+    // computed from): a change of the peers' reports or of the table's health and
+    // rotation states reuses them.
+    let mut assigned: Option<(String, Arc<subset::Assignment>)> = None;
     loop {
         let mut publish_load = false;
         tokio::select! {
@@ -96,7 +103,14 @@ pub async fn run(
             let named: Vec<String> = members.iter().map(|(id, g)| format!("{id}@{g}")).collect();
             let named: Vec<&str> = named.iter().map(String::as_str).collect();
             let epoch = keys::subset_epoch(&named, &labels, cov);
-            let all = subset::Assignment::new(&members, &labels, cov);
+            let all = match &assigned {
+                Some((e, a)) if *e == epoch => a.clone(),
+                _ => {
+                    let a = Arc::new(subset::Assignment::new(&members, &labels, cov));
+                    assigned = Some((epoch.clone(), a.clone()));
+                    a
+                }
+            };
             let mine: HashSet<&str> = labels
                 .iter()
                 .copied()

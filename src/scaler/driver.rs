@@ -24,7 +24,7 @@ use crate::cluster::{keys, Cluster, ClusterView};
 use crate::routing::Router;
 use gearlb_core::scaler::election::{elect, park_local_gear, Candidate, Election};
 use gearlb_core::scaler::failures;
-use gearlb_core::scaler::fence::{Fence, StepDown};
+use gearlb_core::scaler::fence::Fence;
 use gearlb_core::scaler::policy::{self, Decision, Outcome, PolicyConfig, PolicyState, Sample};
 
 /// Scaler settings in force (swapped on reload).
@@ -303,7 +303,7 @@ impl Scaler {
             }
             // Elected, and fenced: it acts.
             let fenced = match stalled {
-                Some(gap_ms) => Err(StepDown::Stalled { gap_ms }),
+                Some(why) => Err(why),
                 None => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
             };
             let acts = e.acts && fenced.is_ok();

@@ -34,8 +34,9 @@ use std::time::Duration;
 /// Why an acting scaler stands down.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepDown {
-    /// Its loop did not run for this long: it was stopped or starved.
-    Stalled { gap_ms: u64 },
+    /// Its loop did not run for `gap_ms`: it was stopped or starved. Its role (a
+    /// lease) lapsed `lapsed_ms_ago` before it noticed.
+    Stalled { gap_ms: u64, lapsed_ms_ago: u64 },
     /// Fewer than a majority of the known balancers were heard from since it resumed
     /// (within half the liveness window).
     NoMajority { heard: usize, known: usize },
@@ -49,9 +50,12 @@ pub enum StepDown {
 impl std::fmt::Display for StepDown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StepDown::Stalled { gap_ms } => write!(
+            StepDown::Stalled {
+                gap_ms,
+                lapsed_ms_ago,
+            } => write!(
                 f,
-                "this balancer did not run for {gap_ms} ms (stopped or starved): others may have taken over"
+                "this balancer did not run for {gap_ms} ms (stopped or starved): others may have taken over; its role lapsed {lapsed_ms_ago} ms ago"
             ),
             StepDown::NoMajority { heard, known } => write!(
                 f,
@@ -93,10 +97,10 @@ impl Fence {
         }
     }
 
-    /// A turn of the loop at `now_ms`. Returns the gap since the previous turn when it
-    /// was longer than [`Fence::max_gap`]: the caller stands down. The first turn
-    /// counts as a resume.
-    pub fn turn(&mut self, now_ms: u64) -> Option<u64> {
+    /// A turn of the loop at `now_ms`. Returns [`StepDown::Stalled`] when the gap since
+    /// the previous turn was longer than [`Fence::max_gap`]: the caller stands down. The
+    /// first turn counts as a resume.
+    pub fn turn(&mut self, now_ms: u64) -> Option<StepDown> {
         let gap = self.last_turn_ms.map(|last| now_ms.saturating_sub(last));
         self.last_turn_ms = Some(now_ms);
         match gap {
@@ -106,9 +110,16 @@ impl Fence {
             }
             Some(g) if g > self.max_gap.as_millis() as u64 => {
                 self.resumed_ms = now_ms;
-                Some(g)
+                Some(self.stalled(g))
             }
             Some(_) => None,
+        }
+    }
+
+    fn stalled(&self, gap_ms: u64) -> StepDown {
+        StepDown::Stalled {
+            gap_ms,
+            lapsed_ms_ago: gap_ms.saturating_sub(self.max_gap.as_millis() as u64),
         }
     }
 
@@ -140,7 +151,7 @@ impl Fence {
         if let Some(last) = self.last_turn_ms {
             let gap_ms = now_ms.saturating_sub(last);
             if gap_ms > self.max_gap.as_millis() as u64 {
-                return Err(StepDown::Stalled { gap_ms });
+                return Err(self.stalled(gap_ms));
             }
         }
         if let Some(id) = claims.first() {
@@ -200,7 +211,13 @@ mod tests {
         assert_eq!(f.turn(10_400), None);
         assert_eq!(f.check(10_400, &[10_300, 10_350], 3, false, &[]), Ok(()));
         // Stopped for 5 s: the next turn sees it.
-        assert_eq!(f.turn(15_400), Some(5_000));
+        assert_eq!(
+            f.turn(15_400),
+            Some(StepDown::Stalled {
+                gap_ms: 5_000,
+                lapsed_ms_ago: 4_500
+            })
+        );
         assert_eq!(f.resumed_ms(), 15_400);
         // Peers heard before the stall (a view from before it) are no majority now.
         assert_eq!(
@@ -218,7 +235,10 @@ mod tests {
         // between the turn and the call).
         assert_eq!(
             f.check(13_000, &[12_990, 12_990], 3, false, &[]),
-            Err(StepDown::Stalled { gap_ms: 3_000 })
+            Err(StepDown::Stalled {
+                gap_ms: 3_000,
+                lapsed_ms_ago: 2_500
+            })
         );
         assert_eq!(
             f.valid_until(),
@@ -265,7 +285,7 @@ mod tests {
             Err(StepDown::Settling { since_ms: 1_000 })
         );
         assert_eq!(f.settled(12_000), Ok(()));
-        assert_eq!(f.turn(20_000), Some(10_000));
+        assert!(f.turn(20_000).is_some());
         assert!(f.settled(21_999).is_err());
         assert_eq!(f.settled(22_000), Ok(()));
     }
