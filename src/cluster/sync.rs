@@ -31,6 +31,23 @@ use crate::stats::FrontendStats;
 /// The shortest time between two recomputations of the subsets.
 pub const SETTLE: Duration = Duration::from_millis(250);
 
+/// The longest it grows to while the subsets' inputs keep changing.
+pub const MAX_SETTLE: Duration = Duration::from_secs(2);
+
+/// The settle period after the subsets were computed anew `since` after the time
+/// before: doubled (up to [`MAX_SETTLE`]) while the live set keeps changing (a flapping
+/// cluster, whose recomputations would otherwise starve the very balancers whose
+/// heartbeats make it flap), back to [`SETTLE`] after a quiet spell of four periods.
+pub fn next_settle(current: Duration, since: Duration) -> Duration {
+    if since <= current * 2 {
+        (current * 2).min(MAX_SETTLE)
+    } else if since >= current * 4 {
+        SETTLE
+    } else {
+        current
+    }
+}
+
 /// What subsets and remote health are computed from: (the versions of) the live
 /// balancers and when they started, the routing table's generation, the coverage and
 /// (the version of) the peers' health reports.
@@ -61,6 +78,8 @@ pub async fn run(
     // computed from): a change of the peers' reports or of the table's health and
     // rotation states reuses them.
     let mut assigned: Option<(String, Arc<subset::Assignment>)> = None;
+    let mut settle = SETTLE;
+    let mut assigned_at: Option<tokio::time::Instant> = None;
     loop {
         let mut publish_load = false;
         tokio::select! {
@@ -80,10 +99,10 @@ pub async fn run(
                 && *reports == view.versions.reports
         });
         let turn = tokio::time::Instant::now();
-        let settled = recomputed.is_none_or(|at| turn >= at + SETTLE);
+        let settled = recomputed.is_none_or(|at| turn >= at + settle);
         if !unchanged && !settled {
             // Put off: the changes that come meanwhile are taken in with this one.
-            due = recomputed.map(|at| at + SETTLE);
+            due = recomputed.map(|at| at + settle);
         }
         if !unchanged && settled {
             recomputed = Some(turn);
@@ -106,6 +125,10 @@ pub async fn run(
             let all = match &assigned {
                 Some((e, a)) if *e == epoch => a.clone(),
                 _ => {
+                    if let Some(at) = assigned_at {
+                        settle = next_settle(settle, turn - at);
+                    }
+                    assigned_at = Some(turn);
                     let a = Arc::new(subset::Assignment::new(&members, &labels, cov));
                     assigned = Some((epoch.clone(), a.clone()));
                     a
@@ -180,5 +203,26 @@ pub async fn run(
                 cluster.publish(keys::LOAD, v).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settle_period_backs_off_while_the_inputs_keep_changing() {
+        let ms = Duration::from_millis;
+        let mut s = SETTLE;
+        for (since, want) in [(250, 500), (500, 1000), (1000, 2000), (2000, 2000)] {
+            s = next_settle(s, ms(since));
+            assert_eq!(s, ms(want), "after {since} ms");
+        }
+        assert_eq!(
+            next_settle(s, ms(5000)),
+            MAX_SETTLE,
+            "between two and four periods"
+        );
+        assert_eq!(next_settle(s, ms(8000)), SETTLE, "quiet for four periods");
     }
 }
