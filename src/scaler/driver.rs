@@ -302,19 +302,22 @@ impl Scaler {
                 });
             }
             // Elected, and fenced: it acts.
+            // Alone (no cluster), nobody else can have taken over: no fence.
             let fenced = match stalled {
-                Some(why) => Err(why),
-                None => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
+                Some(why) if cluster.is_some() => Err(why),
+                _ => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
             };
             let acts = e.acts && fenced.is_ok();
             if acts != was_acting {
                 was_acting = acts;
                 self.set_acting(&cluster, &e, acts, fenced.err()).await;
             }
-            self.acting_until_ms.store(
-                if acts { fence.valid_until() } else { 0 },
-                Ordering::Relaxed,
-            );
+            let lease = match (acts, &cluster) {
+                (false, _) => 0,
+                (true, None) => u64::MAX,
+                (true, Some(_)) => fence.valid_until(),
+            };
+            self.acting_until_ms.store(lease, Ordering::Relaxed);
             self.update(|r| r.acting = acts);
             if !check {
                 continue;
