@@ -310,17 +310,13 @@ def main():
         # Stalls of the acting scaler.
         stalls = []
         for secs in [float(x) for x in args.stop.split(",") if x]:
-            alive = sorted((lb for lb in lbs if lb.proc.poll() is None), key=lambda lb: lb.id)
-            acting = [lb for lb in alive[:3] if lb.status()["scaler"]["acting"]]
-            if len(acting) != 1:
-                print(f"  stall: {len(acting)} acting scalers among the first three", flush=True)
+            found = acting_scaler(lbs, "stall")
+            if found is None:
                 break
-            victim = acting[0]
-            others = [lb for lb in alive if lb is not victim]
-            marks = {lb.id: lb.log_text().count("this balancer is now the scaler") for lb in others}
+            victim, took_over = found
             victim.proc.send_signal(signal.SIGSTOP)
             time.sleep(secs)
-            took_over = any(lb.log_text().count("this balancer is now the scaler") > marks[lb.id] for lb in others)
+            took_over = took_over()
             victim.proc.send_signal(signal.SIGCONT)
             time.sleep(10)
             stalls.append({"stop_s": secs, "took_over": took_over})
@@ -337,25 +333,16 @@ def main():
         # Failover.
         fo = []
         for _ in range(args.failover):
-            # The election ranks by id here (no preferred gear, no head gear): only the
-            # lowest ids can be the scaler, so only they are asked (a status report with
-            # thousands of gears is a few MB).
-            alive = sorted((lb for lb in lbs if lb.proc.poll() is None), key=lambda lb: lb.id)
-            acting = [lb for lb in alive[:3] if lb.status()["scaler"]["acting"]]
-            if len(acting) != 1:
-                print(f"  failover: {len(acting)} acting scalers among the first three before the kill", flush=True)
+            found = acting_scaler(lbs, "failover")
+            if found is None:
                 break
-            victim = acting[0]
-            # The take-over is timed by the new scaler's own log line, not by polling
-            # status reports (a few MB each with thousands of gears, slow to produce).
-            others = [lb for lb in alive if lb is not victim]
-            marks = {lb.id: lb.log_text().count("this balancer is now the scaler") for lb in others}
+            victim, took_over = found
             victim.proc.send_signal(signal.SIGKILL)
             victim.proc.wait()
             t1 = time.time()
             took = None
             while time.time() - t1 < 30:
-                if any(lb.log_text().count("this balancer is now the scaler") > marks[lb.id] for lb in others):
+                if took_over():
                     took = time.time() - t1
                     break
                 time.sleep(0.02)
@@ -374,6 +361,26 @@ def main():
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rotate_out_s",)}))
+
+
+def acting_scaler(lbs, phase):
+    """The acting scaler among the running balancers, and a function that says whether
+    another one has taken over since; None (said) unless exactly one acts.
+
+    The election ranks by id here (no preferred gear, no head gear): only the lowest ids
+    can be the scaler, so only they are asked (a status report with thousands of gears
+    is a few MB). A take-over is seen in the new scaler's own log line, not by polling
+    status reports."""
+    alive = sorted((lb for lb in lbs if lb.proc.poll() is None), key=lambda lb: lb.id)
+    acting = [lb for lb in alive[:3] if lb.status()["scaler"]["acting"]]
+    if len(acting) != 1:
+        print(f"  {phase}: {len(acting)} acting scalers among the first three", flush=True)
+        return None
+    victim = acting[0]
+    others = [lb for lb in alive if lb is not victim]
+    line = "this balancer is now the scaler"
+    marks = {lb.id: lb.log_text().count(line) for lb in others}
+    return victim, lambda: any(lb.log_text().count(line) > marks[lb.id] for lb in others)
 
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z\s.*?(this balancer is now the scaler|stands down as the scaler|stopped acting as scaler)(.*)$")

@@ -29,11 +29,6 @@ impl Snapshot {
         Snapshot { table, targets }
     }
 
-    /// The table (values only).
-    pub fn table(&self) -> &RoutingTable {
-        &self.table
-    }
-
     /// The targets, in entry order.
     pub fn targets(&self) -> &[Arc<Target>] {
         &self.targets
@@ -47,16 +42,6 @@ impl Snapshot {
     /// The target of the backend with this name.
     pub fn target(&self, name: &str) -> Option<&Arc<Target>> {
         self.table.position(name).map(|i| &self.targets[i])
-    }
-
-    /// The target of the backend with this id.
-    pub fn target_by_id(&self, id: BackendId) -> Option<&Arc<Target>> {
-        self.targets.iter().find(|t| t.backend.id == id)
-    }
-
-    /// The target of the gear with this sticky label.
-    pub fn target_by_label(&self, label: &str) -> Option<&Arc<Target>> {
-        self.table.label_position(label).map(|i| &self.targets[i])
     }
 
     fn load(&self) -> impl Fn(usize) -> u64 + '_ {
