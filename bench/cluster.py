@@ -105,7 +105,7 @@ def percentile(values, p):
 
 
 class Balancer:
-    def __init__(self, root, i, node_id, args):
+    def __init__(self, root, i, node_id, args, host="127.0.0.1", wrap=()):
         self.dir = os.path.join(root, f"lb{i}")
         os.makedirs(self.dir)
         self.id = node_id
@@ -117,7 +117,7 @@ class Balancer:
                 f"""[runtime]
 threads = 1
 [listen]
-proxy = "127.0.0.1:0"
+proxy = "{host}:0"
 status = "127.0.0.1:0"
 [control]
 socket = "{self.sock}"
@@ -138,7 +138,7 @@ gossip_interval = "{args.gossip}"
         env = dict(os.environ, GEARLB_LOG="warn,gearlb::app=info,gearlb::cluster=info,gearlb::scaler=info")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [args.bin, "run", "--config", conf],
+            [*wrap, args.bin, "run", "--config", conf],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -78,8 +78,13 @@ pub struct Model {
     generation: u64,
     advertise: SocketAddr,
     known: Vec<PeerSpec>,
+    /// [`Model::counted_ids`] of `known`.
+    counted: Option<HashSet<String>>,
     liveness: Liveness<ChitchatId>,
     nodes: HashMap<ChitchatId, NodeKeys>,
+    /// The members must be chosen again at the next round (a `ready` key or the known
+    /// membership changed).
+    rechoose: bool,
     /// The rotation register learnt from counted nodes.
     rotations: BTreeMap<String, RotationOp>,
     chosen: Chosen,
@@ -104,9 +109,11 @@ impl Model {
             self_id: self_id.to_string(),
             generation,
             advertise,
+            counted: Self::counted_ids(&known),
             known,
             liveness: Liveness::new(timeout, period),
             nodes: HashMap::new(),
+            rechoose: true,
             rotations: BTreeMap::new(),
             chosen: Chosen::new(),
             fresh: vec![self_id.to_string()],
@@ -130,30 +137,26 @@ impl Model {
     /// their `rot:` keys ignored: the caller replays them ([`Model::apply`]).
     pub fn set_known(&mut self, known: Vec<PeerSpec>) {
         if known != self.known {
+            self.counted = Self::counted_ids(&known);
             self.known = known;
             self.dirty = Dirty::all();
+            self.rechoose = true;
         }
     }
 
     /// Each counted member (live or not) by id, with when its heartbeat was last seen
     /// advancing (not credited with this balancer's own stalls): what the scaler's
     /// fence asks (see `gearlb_core::scaler::fence`).
-    pub fn heard(&self) -> Vec<(String, Instant)> {
+    pub fn heard(&self) -> Vec<(Arc<str>, Instant)> {
         self.chosen
             .values()
-            .filter_map(|id| Some((id.node_id.to_string(), self.liveness.heard(id)?)))
+            .filter_map(|id| Some((id.node_id.clone(), self.liveness.heard(id)?)))
             .collect()
     }
 
     /// Time this balancer's own checks ran late, in total.
     pub fn stalled(&self) -> Duration {
         self.liveness.stalled
-    }
-
-    /// The known membership names ids (`set-peers`); ids learnt from addresses do not
-    /// change the address-only rules.
-    fn ids_known(&self) -> bool {
-        self.known.iter().any(|p| p.id.is_some() && !p.learned)
     }
 
     /// The known membership with the ids of address-only peers seen live filled in
@@ -183,9 +186,16 @@ impl Model {
 
     /// Whether node `id` counts as a member (see the module doc).
     fn counts(&self, id: &str) -> bool {
-        id == self.self_id
-            || !self.ids_known()
-            || self.known.iter().any(|p| p.id.as_deref() == Some(id))
+        id == self.self_id || self.counted.as_ref().is_none_or(|ids| ids.contains(id))
+    }
+
+    /// The ids that count when the known membership names ids, else `None` (every
+    /// authenticated node counts); computed once per change of the known membership.
+    fn counted_ids(known: &[PeerSpec]) -> Option<HashSet<String>> {
+        known
+            .iter()
+            .any(|p| p.id.is_some() && !p.learned)
+            .then(|| known.iter().filter_map(|p| p.id.clone()).collect())
     }
 
     /// One key written on a node.
@@ -201,6 +211,7 @@ impl Model {
         if key == keys::READY {
             n.ready = ev.value == "1";
             dirty.members = true;
+            self.rechoose = true;
         } else if key == keys::NAME {
             n.name = Some(ev.value);
             dirty.members = true;
@@ -249,20 +260,25 @@ impl Model {
     }
 
     /// Every node's heartbeat as gossip has it at `now` (called once per gossip round).
-    /// Nodes not listed are gone from gossip and forgotten.
+    /// Nodes not listed are gone from gossip and forgotten. The members and the fresh
+    /// set are chosen again only when a verdict, a freshness, a `ready` key or the
+    /// known membership changed: an idle round costs a pass over the heartbeats.
     pub fn heartbeats(&mut self, now: Instant, beats: impl IntoIterator<Item = (ChitchatId, u64)>) {
         self.liveness.tick(now);
-        let mut present = HashSet::new();
         for (id, hb) in beats {
             if *id.node_id == *self.self_id {
                 continue;
             }
             self.liveness.observe(&id, hb, now);
-            present.insert(id);
         }
-        self.liveness.retain(|id| present.contains(id));
-        self.nodes.retain(|id, _| present.contains(id));
-        let chosen = self.choose(now);
+        let changed = self.liveness.sweep(now);
+        if !changed && !self.rechoose {
+            return;
+        }
+        self.rechoose = false;
+        let liveness = &self.liveness;
+        self.nodes.retain(|id, _| liveness.knows(id));
+        let chosen = self.choose();
         if chosen != self.chosen {
             self.chosen = chosen;
             self.dirty = Dirty::all();
@@ -270,7 +286,7 @@ impl Model {
         let mut fresh: Vec<String> = self
             .chosen
             .values()
-            .filter(|id| self.liveness.is_fresh(id, now))
+            .filter(|id| self.liveness.is_fresh(id))
             .map(|id| id.node_id.to_string())
             .collect();
         fresh.push(self.self_id.clone());
@@ -282,10 +298,10 @@ impl Model {
     }
 
     /// The live, ready, counted members: the newest live incarnation per id.
-    fn choose(&self, now: Instant) -> Chosen {
+    fn choose(&self) -> Chosen {
         let mut chosen = Chosen::new();
         for (id, n) in &self.nodes {
-            if !n.ready || !self.liveness.is_live(id, now) || !self.counts(&id.node_id) {
+            if !n.ready || !self.liveness.is_live(id) || !self.counts(&id.node_id) {
                 continue;
             }
             match chosen.get(&*id.node_id) {

@@ -39,7 +39,7 @@ pub struct Cluster {
     view_changed: watch::Sender<u64>,
     /// Each live peer by id with when its heartbeat last advanced, as of the last
     /// gossip round (for the scaler's fence).
-    heard: ArcSwap<Vec<(String, tokio::time::Instant)>>,
+    heard: ArcSwap<Vec<(Arc<str>, tokio::time::Instant)>>,
     stats: Arc<GossipStats>,
     /// Bumped when ids of address-only peers were learnt (the state file keeps them).
     learned: watch::Sender<u64>,
@@ -199,7 +199,7 @@ impl Cluster {
     /// The current view (lock-free).
     /// Each live peer by id with when its heartbeat was last seen advancing (not
     /// credited with this balancer's own stalls), as of the last gossip round.
-    pub fn heard(&self) -> Arc<Vec<(String, tokio::time::Instant)>> {
+    pub fn heard(&self) -> Arc<Vec<(Arc<str>, tokio::time::Instant)>> {
         self.heard.load_full()
     }
 

@@ -303,8 +303,10 @@ impl Scaler {
             }
             // Elected, and fenced: it acts.
             // Alone (no cluster), nobody else can have taken over: no fence.
+            // Not elected: nothing to fence (it does not act either way).
             let fenced = match stalled {
                 Some(why) if cluster.is_some() => Err(why),
+                _ if !e.acts => Ok(()),
                 _ => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
             };
             let acts = e.acts && fenced.is_ok();

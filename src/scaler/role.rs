@@ -28,25 +28,21 @@ impl Scaler {
         &self,
         claims: &mut HashMap<String, u64>,
         view: &ClusterView,
-        heard: &[(String, tokio::time::Instant)],
+        heard: &[(Arc<str>, tokio::time::Instant)],
         now_ms: u64,
         liveness: Duration,
     ) {
-        for p in &view.peers {
-            let Some(id) = &p.id else { continue };
-            if !p.live {
-                continue;
-            }
-            if view.scaler.get(id).is_some_and(|c| c.acting) {
+        let live = |id: &str| view.live.binary_search_by(|l| l.as_str().cmp(id)).is_ok();
+        for (id, c) in view.scaler.iter() {
+            if c.acting && *id != self.self_id && live(id) {
                 let at = heard
                     .iter()
-                    .find(|(h, _)| h == id)
+                    .find(|(h, _)| **h == **id)
                     .map_or(now_ms, |(_, t)| self.ms_of(*t));
                 claims.insert(id.clone(), at);
-            } else {
-                claims.remove(id);
             }
         }
+        claims.retain(|id, _| !live(id) || view.scaler.get(id).is_some_and(|c| c.acting));
         claims.retain(|_, at| !fence::claim_lapsed(now_ms, *at, liveness));
     }
 

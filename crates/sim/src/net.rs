@@ -14,6 +14,8 @@ use chitchat::transport::{ChannelTransport, RecvOutcome, SendOutcome, Socket, Tr
 use chitchat::ChitchatEnvelope;
 use tokio::time::Instant;
 
+use crate::stall::Gate;
+
 /// chitchat's largest message (its UDP payload limit), enforced by the network.
 pub const MTU: usize = 65_507;
 
@@ -59,6 +61,9 @@ struct NetState {
     stalled: HashMap<SocketAddr, Instant>,
     /// Crashed nodes: nothing reaches or leaves them.
     down: HashSet<SocketAddr>,
+    /// Each node's process gate: while it is shut (stopped, or busy while starved)
+    /// the node neither sends nor takes delivery, and each delivery is charged to it.
+    gates: HashMap<SocketAddr, Arc<Gate>>,
     traffic: HashMap<SocketAddr, Traffic>,
 }
 
@@ -112,6 +117,17 @@ impl SimNet {
         });
     }
 
+    /// The process gate of the node at `addr` (see [`Gate`]).
+    pub fn attach(&self, addr: SocketAddr, gate: Arc<Gate>) {
+        self.with(|s| {
+            s.gates.insert(addr, gate);
+        });
+    }
+
+    fn gate(&self, addr: SocketAddr) -> Option<Arc<Gate>> {
+        self.with(|s| s.gates.get(&addr).cloned())
+    }
+
     /// `addr` crashed: nothing reaches or leaves it any more.
     pub fn crash(&self, addr: SocketAddr) {
         self.with(|s| {
@@ -140,6 +156,9 @@ impl SimNet {
             for a in [from, to] {
                 if let Some(until) = s.stalled.get(&a) {
                     at = at.max(*until);
+                }
+                if let Some(until) = s.gates.get(&a).and_then(|g| g.shut()) {
+                    at = at.max(until);
                 }
             }
             Some(at)
@@ -184,6 +203,14 @@ impl Socket for SimSocket {
         to: SocketAddr,
         envelope: ChitchatEnvelope,
     ) -> anyhow::Result<SendOutcome> {
+        // A process that is shut (stopped, or busy while starved) sends nothing until
+        // it runs again: chitchat's loop waits here, as it would not run at all.
+        if let Some(g) = self.net.gate(self.addr) {
+            while let Some(until) = g.shut() {
+                tokio::time::sleep_until(until).await;
+            }
+            g.charge();
+        }
         let out = self.inner.send(to, envelope).await?;
         self.net.with(|s| {
             let t = s.traffic.entry(self.addr).or_default();
@@ -196,19 +223,30 @@ impl Socket for SimSocket {
     /// Cancellable: the queue lives in the socket, and chitchat's channel receive is
     /// cancel-safe.
     async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
+        let gate = self.net.gate(self.addr);
         loop {
+            // A node whose process is shut (stopped, or busy while starved) takes no
+            // delivery until it opens; each delivery is one event of its work.
+            let open = gate.as_ref().and_then(|g| g.shut());
             if let Some(entry) = self.queue.first_entry() {
-                if entry.key().0 <= Instant::now() {
+                if entry.key().0.max(open.unwrap_or(entry.key().0)) <= Instant::now() {
                     let m = entry.remove();
                     self.net.with(|s| {
                         let t = s.traffic.entry(self.addr).or_default();
                         t.messages_received += 1;
                         t.bytes_received += m.num_bytes_received as u64;
                     });
+                    if let Some(g) = &gate {
+                        g.charge();
+                    }
                     return Ok(m);
                 }
             }
-            let next = self.queue.keys().next().map(|k| k.0);
+            let next = self
+                .queue
+                .keys()
+                .next()
+                .map(|k| k.0.max(open.unwrap_or(k.0)));
             tokio::select! {
                 m = self.inner.recv() => {
                     let m = m?;

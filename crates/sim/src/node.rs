@@ -200,6 +200,7 @@ impl Sim {
         let stop = CancellationToken::new();
         let coverage = Arc::new(AtomicU32::new(self.cfg.coverage));
         let gate = Arc::new(Gate::default());
+        self.net.attach(addr, gate.clone());
         let tasks = vec![
             tokio::spawn(gate.run(cluster.clone().run(stop.clone()))),
             tokio::spawn(gate.run(gearlb::cluster::sync::run(

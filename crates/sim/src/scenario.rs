@@ -62,6 +62,13 @@ impl Sim {
         self.nodes[i].gate.shut_until(until);
     }
 
+    /// Starve balancer `i` for `d`: every event of its work (a poll of one of its
+    /// tasks, a message delivered to it) costs `cost` of virtual time, one after the
+    /// other (see [`crate::stall`]).
+    pub fn starve_process(&self, i: usize, cost: Duration, d: Duration) {
+        self.nodes[i].gate.starve(cost, Instant::now() + d);
+    }
+
     /// Balancers acting as scaler now.
     pub fn acting(&self) -> Vec<usize> {
         self.running()

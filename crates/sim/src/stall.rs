@@ -3,6 +3,12 @@
 //! polled (as under SIGSTOP), and when it opens each task is polled again and finds
 //! that the clock moved on. Its network is stalled for the same time ([`crate::net`]),
 //! so it neither sends nor receives meanwhile.
+//!
+//! A starved process ([`Gate::starve`]) is one whose work costs time: every event of
+//! it (a poll of one of its tasks, a message delivered to it) shuts its gate for a
+//! fixed cost of virtual time, so its events run one after the other at most one per
+//! cost, and what arrives faster waits in its queue, as on a CPU it does not get
+//! enough of.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +21,8 @@ use tokio::time::{Instant, Sleep};
 #[derive(Debug, Default)]
 pub struct Gate {
     until: Mutex<Option<Instant>>,
+    /// While starved: what each event costs, and until when.
+    starved: Mutex<Option<(std::time::Duration, Instant)>>,
 }
 
 impl Gate {
@@ -25,8 +33,33 @@ impl Gate {
         }
     }
 
+    /// Every event of the node costs `cost` of virtual time until `end`.
+    pub fn starve(&self, cost: std::time::Duration, end: Instant) {
+        if let Ok(mut s) = self.starved.lock() {
+            *s = Some((cost, end));
+        }
+    }
+
+    /// One event of the node's work: while it is starved, the gate shuts for its cost
+    /// after whatever work is already waiting.
+    pub fn charge(&self) {
+        let now = Instant::now();
+        let Some((cost, _)) = self
+            .starved
+            .lock()
+            .ok()
+            .and_then(|s| *s)
+            .filter(|(_, end)| now < *end)
+        else {
+            return;
+        };
+        if let Ok(mut u) = self.until.lock() {
+            *u = Some(u.filter(|t| *t > now).unwrap_or(now) + cost);
+        }
+    }
+
     /// When the gate opens, while it is shut.
-    fn shut(&self) -> Option<Instant> {
+    pub fn shut(&self) -> Option<Instant> {
         let until = self.until.lock().ok().and_then(|u| *u)?;
         (Instant::now() < until).then_some(until)
     }
@@ -64,7 +97,9 @@ impl<F: Future> Future for Gated<F> {
             }
         }
         self.wait = None;
-        self.task.as_mut().poll(cx)
+        let out = self.task.as_mut().poll(cx);
+        self.gate.charge();
+        out
     }
 }
 
@@ -99,5 +134,34 @@ mod tests {
         assert_eq!(turns.load(Ordering::Relaxed), 11);
         let longest = gaps.lock().unwrap().iter().copied().max().unwrap();
         assert!(longest >= Duration::from_secs(5), "{longest:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_starved_task_runs_one_event_per_cost() {
+        let gate = Arc::new(Gate::default());
+        let turns = Arc::new(AtomicU32::new(0));
+        let t = turns.clone();
+        tokio::spawn(gate.run(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                t.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        tokio::time::sleep(Duration::from_millis(1005)).await;
+        let fed = turns.load(Ordering::Relaxed);
+        assert_eq!(fed, 100);
+        // Each poll now costs 100 ms (its 10 ms sleep runs out meanwhile): one turn per
+        // 100 ms.
+        gate.starve(
+            Duration::from_millis(100),
+            Instant::now() + Duration::from_secs(2),
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let starved = turns.load(Ordering::Relaxed) - fed;
+        assert!((19..=21).contains(&starved), "{starved} turns in 2 s");
+        // Fed again: back to a turn per 10 ms.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let after = turns.load(Ordering::Relaxed) - fed - starved;
+        assert!((98..=101).contains(&after), "{after}");
     }
 }

@@ -224,3 +224,52 @@ async fn a_stalled_scaler_never_acts_beside_its_successor() {
     }
     sim.shutdown().await;
 }
+
+/// The acting scaler's process is starved of CPU for 20 s: every event of its work
+/// costs 40 ms of virtual time, far more than it gets, so its gossip backlog grows, its
+/// loop turns late and its view goes stale, while the heartbeats it still sends keep
+/// it live to the others. At no instant do two balancers act: it stands down (its
+/// fence hears no majority since it last ran on time) and nobody acts beside it. Its
+/// own death verdicts meanwhile are rate-limited: it does declare its peers dead (it
+/// hears nothing), but at most two of four within any failure timeout. Fed again, the
+/// cluster converges with one scaler.
+#[tokio::test(start_paused = true)]
+async fn a_starved_scaler_never_acts_beside_another() {
+    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+        .await
+        .expect("one acting scaler");
+    let starved = sim.acting()[0];
+    let since = sim.t0.elapsed();
+    sim.starve_process(starved, Duration::from_millis(40), Duration::from_secs(20));
+    never_two_acting(&sim, Duration::from_secs(20), "the starvation").await;
+    assert!(
+        !sim.nodes[starved].scaler.report().acting,
+        "a starved scaler that hears nobody still acts"
+    );
+    let id = &sim.nodes[starved].id;
+    let verdicts: Vec<Duration> = sim
+        .deaths()
+        .iter()
+        .filter(|d| d.observer == *id && d.at >= since)
+        .map(|d| d.at)
+        .collect();
+    assert!(!verdicts.is_empty(), "the starved balancer lost nobody");
+    for (i, t) in verdicts.iter().enumerate() {
+        let within = verdicts[i..]
+            .iter()
+            .take_while(|u| **u < *t + Duration::from_secs(2))
+            .count();
+        assert!(within <= 2, "more than two deaths within 2 s: {verdicts:?}");
+    }
+    let after = never_two_acting(&sim, Duration::from_secs(15), "the recovery").await;
+    assert!(!after.is_empty(), "nobody acts after the recovery");
+    assert_eq!(sim.acting().len(), 1, "one scaler once settled");
+    sim.wait_until(Duration::from_secs(20), |s| s.converged())
+        .await
+        .expect("every balancer sees every other live again");
+    sim.shutdown().await;
+}

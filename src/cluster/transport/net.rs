@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::codec::Codec;
+use super::codec::{self, Codec};
 use super::frame::*;
 use crate::config::Carrier;
 use crate::proxy::upgrade::UpgradeEndpoint;
@@ -223,7 +223,11 @@ impl Socket for GossipSocket {
         to: SocketAddr,
         envelope: ChitchatEnvelope,
     ) -> anyhow::Result<SendOutcome> {
+        let ack = codec::is_ack(&envelope);
         let message = self.codec.encode(envelope).await?;
+        if codec::is_empty_ack(ack, &message) {
+            return Ok(SendOutcome { num_bytes_sent: 0 });
+        }
         let frame = self.auth.seal(self.advertise, &message);
         let n = frame.len();
         match &mut self.outbound {
