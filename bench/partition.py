@@ -21,6 +21,7 @@ end, and a previous run's leftovers at the start.
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -120,7 +121,8 @@ def main():
     # What Balancer reads from the arguments of bench/cluster.py.
     args.coverage = 100
     args.gossip = "200ms"
-    ids = sorted(c.hexid(__import__("random").Random(7)) for _ in range(M))
+    rng = random.Random(7)
+    ids = sorted(c.hexid(rng) for _ in range(M))
     root = tempfile.mkdtemp(prefix="gearlb-partition-")
     setup()
     lbs = []

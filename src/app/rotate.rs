@@ -17,6 +17,7 @@ use crate::control::{self, Reply};
 use crate::gear;
 use crate::rotation::complete::{self, Command, Peer, Seen, Waiting};
 use crate::rotation::Op;
+use gearlb_core::rotation::register::Ack;
 
 impl App {
     /// The gear a rotate command names: its sticky label. GEAR may be the server name
@@ -191,6 +192,7 @@ impl App {
         info!(gear = %label, epoch = %waiting.epoch, "{verb} started");
         let mut last_line = String::new();
         let mut views = self.cluster.as_ref().map(|c| c.subscribe());
+        let mut notes = self.cluster.as_ref().map(|c| c.subscribe_direct());
         let mut own_acks = self.rotations.subscribe_acks();
         let (round, outcome) = loop {
             let view = match &self.cluster {
@@ -199,17 +201,31 @@ impl App {
             };
             let in_force = self.rotations.ops().get(&label).cloned();
             let own = self.rotations.acks().get(&label).cloned();
+            // Each peer's acknowledgment from gossip or, sooner, from its note.
+            let direct: Vec<Option<Ack>> = view
+                .peers
+                .iter()
+                .map(|p| {
+                    let id = p.id.as_deref()?;
+                    self.cluster.as_ref()?.direct_ack(id, &label)
+                })
+                .collect();
+            let done = complete::done_state(op);
             let peers: Vec<Peer<'_>> = view
                 .peers
                 .iter()
-                .map(|p| Peer {
+                .zip(&direct)
+                .map(|(p, direct)| Peer {
                     id: p.id.as_deref(),
                     live: p.live,
-                    ack: p
-                        .id
-                        .as_ref()
-                        .and_then(|id| view.acks.get(id))
-                        .and_then(|m| m.get(&label)),
+                    ack: complete::newest_ack(
+                        p.id.as_ref()
+                            .and_then(|id| view.acks.get(id))
+                            .and_then(|m| m.get(&label)),
+                        direct.as_ref(),
+                        &waiting.epoch,
+                        done,
+                    ),
                 })
                 .collect();
             let round = complete::round(
@@ -248,6 +264,12 @@ impl App {
                 _ = async {
                     match views.as_mut() {
                         Some(v) => { let _ = v.changed().await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {}
+                _ = async {
+                    match notes.as_mut() {
+                        Some(n) => { let _ = n.changed().await; }
                         None => std::future::pending::<()>().await,
                     }
                 } => {}

@@ -88,7 +88,7 @@ pub struct Model {
     /// The rotation register learnt from counted nodes.
     rotations: BTreeMap<String, RotationOp>,
     chosen: Chosen,
-    fresh: Vec<String>,
+    fresh: Arc<Vec<String>>,
     dirty: Dirty,
     view: Arc<ClusterView>,
 }
@@ -116,7 +116,7 @@ impl Model {
             rechoose: true,
             rotations: BTreeMap::new(),
             chosen: Chosen::new(),
-            fresh: vec![self_id.to_string()],
+            fresh: Arc::new(vec![self_id.to_string()]),
             dirty: Dirty::all(),
             view: Arc::new(ClusterView::default()),
         };
@@ -291,8 +291,8 @@ impl Model {
             .collect();
         fresh.push(self.self_id.clone());
         fresh.sort();
-        if fresh != self.fresh {
-            self.fresh = fresh;
+        if fresh != *self.fresh {
+            self.fresh = Arc::new(fresh);
             self.dirty.scaler = true;
         }
     }
@@ -334,7 +334,7 @@ impl Model {
                 .filter(|p| p.id.as_deref() != Some(self.self_id.as_str()))
                 .count()
                 + 1;
-            if peers != v.peers || live != v.live || known_count != v.known_count {
+            if peers != *v.peers || live != *v.live || known_count != v.known_count {
                 v.versions.members += 1;
             }
             let mut started: BTreeMap<String, u64> = self
@@ -347,8 +347,8 @@ impl Model {
                 v.versions.members += 1;
                 v.started = Arc::new(started);
             }
-            v.peers = peers;
-            v.live = live;
+            v.peers = Arc::new(peers);
+            v.live = Arc::new(live);
             v.known_count = known_count;
             v.addrs = Arc::new(addrs);
         }
@@ -410,7 +410,7 @@ impl Model {
                 .iter()
                 .filter_map(|(_, n)| n.scale.clone())
                 .collect();
-            if claims != *v.scaler || events != *v.scale_events || self.fresh != v.fresh {
+            if claims != *v.scaler || events != *v.scale_events || *self.fresh != *v.fresh {
                 v.versions.scaler += 1;
                 v.scaler = Arc::new(claims);
                 v.scale_events = Arc::new(events);

@@ -1,8 +1,9 @@
 //! [`Cluster`]: one balancer's running gossip node: the chitchat handle, the known
 //! membership, and the [`ClusterView`] snapshot kept up to date by [`model::Model`].
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -17,8 +18,9 @@ use crate::gear::PeerSpec;
 use super::keys;
 use super::model;
 use super::settings::{chitchat_config, failure_timeout, NodeSettings};
-use super::transport::{Auth, GossipCounters, GossipStats, GossipTransport};
+use super::transport::{Auth, GossipCounters, GossipStats, GossipTransport, Note, Notes};
 use super::view::{ClusterView, KeyEvent};
+use gearlb_core::rotation::register::Ack;
 
 /// How long a balancer may see no peer live before it says so.
 const ALONE_WARNING: Duration = Duration::from_secs(10);
@@ -45,6 +47,11 @@ pub struct Cluster {
     learned: watch::Sender<u64>,
     /// chitchat's key events, taken by [`Cluster::run`].
     events: Mutex<Option<mpsc::UnboundedReceiver<KeyEvent>>>,
+    /// Sends notes to peers (the authenticated transports; not the simulator's).
+    notes: OnceLock<Notes>,
+    /// Acknowledgments peers sent here as notes: peer id → gear → its last one.
+    direct_acks: Mutex<HashMap<String, HashMap<String, Ack>>>,
+    direct_changed: watch::Sender<u64>,
     /// Keeps the subscription to chitchat's key events.
     _listener: ListenerHandle,
 }
@@ -93,6 +100,10 @@ impl Cluster {
             name,
         };
         let cluster = Self::start_on(&transport, settings, known, stats, upgrade).await?;
+        if let Some((notes, inbox)) = transport.notes() {
+            let _ = cluster.notes.set(notes);
+            tokio::spawn(cluster.clone().take_notes(inbox));
+        }
         info!(node = %cluster.self_id, gossip = %cluster.advertise, transport = cfg.transport.as_str(), peers = cluster.known().len(), "gossip started");
         Ok(cluster)
     }
@@ -174,6 +185,9 @@ impl Cluster {
             stats,
             learned: watch::Sender::new(0),
             events: Mutex::new(Some(rx)),
+            notes: OnceLock::new(),
+            direct_acks: Mutex::new(HashMap::new()),
+            direct_changed: watch::Sender::new(0),
             _listener: listener,
         }))
     }
@@ -256,6 +270,62 @@ impl Cluster {
         match self.view().addrs.get(id) {
             Some(addr) => self.handle.gossip(*addr).is_ok(),
             None => false,
+        }
+    }
+
+    /// Tell the balancer `to` (a live peer) this balancer's acknowledgment of the op
+    /// in force on `gear`, straight (see [`super::transport::notes`]); without notes
+    /// (the simulator's transport), open a gossip exchange with it instead. False
+    /// when `to` is not live.
+    pub async fn send_ack(&self, to: &str, gear: &str, ack: &Ack) -> bool {
+        let Some(addr) = self.view().addrs.get(to).copied() else {
+            return false;
+        };
+        match self.notes.get() {
+            Some(n) => {
+                let note = Note::Ack {
+                    from: self.self_id.clone(),
+                    gear: gear.to_string(),
+                    ack: ack.clone(),
+                };
+                n.send(addr, &note).await;
+                true
+            }
+            None => self.handle.gossip(addr).is_ok(),
+        }
+    }
+
+    /// The last acknowledgment of `gear` that `peer` sent here as a note.
+    pub fn direct_ack(&self, peer: &str, gear: &str) -> Option<Ack> {
+        let acks = self.direct_acks.lock().ok()?;
+        acks.get(peer)?.get(gear).cloned()
+    }
+
+    /// Notified when a peer's acknowledgment arrives as a note.
+    pub fn subscribe_direct(&self) -> watch::Receiver<u64> {
+        self.direct_changed.subscribe()
+    }
+
+    /// Take the notes peers send here until the transport stops. A note counts only
+    /// from a live member, sent from the gossip address this balancer knows it by.
+    async fn take_notes(self: Arc<Self>, mut inbox: mpsc::Receiver<(SocketAddr, Vec<u8>)>) {
+        while let Some((from_addr, message)) = inbox.recv().await {
+            match Note::decode(&message) {
+                Some(Note::Ack { from, gear, ack }) => {
+                    if self.view().addrs.get(&from) != Some(&from_addr) {
+                        continue;
+                    }
+                    if let Ok(mut acks) = self.direct_acks.lock() {
+                        acks.entry(from).or_default().insert(gear, ack);
+                    }
+                    self.direct_changed.send_modify(|g| *g += 1);
+                }
+                None => {
+                    self.stats
+                        .rejected_malformed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
         }
     }
 

@@ -75,9 +75,9 @@ pub struct ClusterView {
     pub self_id: String,
     pub advertise: String,
     /// Ids of the live members, this balancer included, sorted.
-    pub live: Vec<String>,
+    pub live: Arc<Vec<String>>,
     /// Every other balancer: known ones (live or not) and live unknown ones.
-    pub peers: Vec<PeerView>,
+    pub peers: Arc<Vec<PeerView>>,
     /// Balancers the broker lists (this one included): the quorum base.
     pub known_count: usize,
     pub gossip: GossipCounters,
@@ -88,7 +88,7 @@ pub struct ClusterView {
     /// Live members heard from within half the failure timeout (this one included):
     /// the scaler's quorum counts these only.
     #[serde(skip)]
-    pub fresh: Vec<String>,
+    pub fresh: Arc<Vec<String>>,
     /// Gossip address of each live peer.
     #[serde(skip)]
     pub addrs: Arc<HashMap<String, SocketAddr>>,
@@ -122,8 +122,8 @@ impl ClusterView {
         ClusterView {
             enabled: false,
             self_id: self_id.to_string(),
-            live: vec![self_id.to_string()],
-            fresh: vec![self_id.to_string()],
+            live: Arc::new(vec![self_id.to_string()]),
+            fresh: Arc::new(vec![self_id.to_string()]),
             known_count: 1,
             ..Default::default()
         }
@@ -131,7 +131,7 @@ impl ClusterView {
 
     /// This view with each live peer's load in its [`PeerView`] (for reports).
     pub fn with_loads(mut self) -> Self {
-        for p in &mut self.peers {
+        for p in Arc::make_mut(&mut self.peers).iter_mut() {
             p.load = p.id.as_ref().and_then(|id| self.loads.get(id)).cloned();
         }
         self
@@ -181,7 +181,7 @@ impl ClusterView {
                 + self.gossip.rejected_malformed
                 + self.gossip.rejected_oversized,
         );
-        for p in &self.peers {
+        for p in self.peers.iter() {
             let load = p
                 .load
                 .as_ref()

@@ -3,7 +3,7 @@
 //! choosing them, close idle connections, let what is in flight finish, cut what is
 //! left at the deadline), and publishes ops and acks in gossip.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +21,8 @@ use gearlb_core::rotation::register::{unix_ms, Ack, AckState, Op, RotationOp};
 /// Ops and acknowledgments travel by ordinary gossip rounds, with two shortcuts that
 /// cost O(M) messages per rotation, not O(M²): the balancer that took a command
 /// gossips its op to every live peer once ([`Rotations::fan_out`]), and a balancer
-/// whose acknowledgment of an op changes gossips once with the op's origin, the one
-/// waiting for it.
+/// whose acknowledgment of an op changes sends it straight to the op's origin, the one
+/// waiting for it, as a note ([`Cluster::send_ack`]).
 pub async fn run(
     rotations: Arc<Rotations>,
     router: Arc<Router>,
@@ -114,23 +114,22 @@ pub async fn run(
                     push_all |= fan_out.contains(&op.epoch());
                 }
             }
-            let mut origins = BTreeSet::new();
+            let mut to_origins = Vec::new();
             for (gear, ack) in &acks {
                 if published_acks.get(gear) != Some(ack) {
                     if let Ok(v) = serde_json::to_string(ack) {
                         c.publish(&format!("{}{gear}", keys::ACK_PREFIX), v).await;
                     }
                     if let Some(op) = ops.get(gear).filter(|o| Some(&o.by) != self_id.as_ref()) {
-                        origins.insert(op.by.clone());
+                        to_origins.push((op.by.as_str(), gear, ack));
                     }
                 }
             }
             if push_all {
                 c.push_now();
-            } else {
-                for origin in &origins {
-                    c.push_to(origin);
-                }
+            }
+            for (origin, gear, ack) in to_origins {
+                c.send_ack(origin, gear, ack).await;
             }
         }
         published_ops = ops;

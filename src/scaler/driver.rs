@@ -183,7 +183,7 @@ impl Scaler {
             fresh: true,
             acting,
         }];
-        for p in &view.peers {
+        for p in view.peers.iter() {
             if let Some(id) = &p.id {
                 if p.known || p.live {
                     cands.push(Candidate {
@@ -280,7 +280,7 @@ impl Scaler {
             let inputs = (view.versions.members, view.versions.scaler);
             if elected_on != Some(inputs) || check {
                 elected_on = Some(inputs);
-                for p in &view.peers {
+                for p in view.peers.iter() {
                     if let (Some(id), Some(n)) = (&p.id, &p.name) {
                         names.insert(id.clone(), n.clone());
                     }

@@ -381,20 +381,36 @@ async fn run(args: Args) -> serde_json::Value {
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = subsets(&sim);
+    // CPU of a membership change, per balancer: the process's CPU from the change
+    // until the cluster settled (converged, and 2 s more: the subsets' settle period),
+    // less what the same virtual time costs idle.
+    let idle_cpu_pct = out["idle_cpu_pct"].as_f64().unwrap_or(0.0);
+    let change_cpu = |cpu0: Duration, t0: Instant, m: usize| {
+        let spent = (process_cpu() - cpu0).as_secs_f64() * 1000.0;
+        let idle = idle_cpu_pct / 100.0 * t0.elapsed().as_secs_f64() * 1000.0 * m as f64;
+        (spent - idle).max(0.0) / m as f64
+    };
+    let (cpu1, t1) = (process_cpu(), Instant::now());
     let leaver = *sim.running().last().expect("a balancer");
     sim.stop(leaver).await;
     sim.wait_until(Duration::from_secs(30), |s| s.converged())
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let leave_ms = change_cpu(cpu1, t1, sim.running().len());
     let after_leave = subsets(&sim);
     let (mean, max, _) = churn(&before, &after_leave);
-    println!("  leave: subset changes per balancer mean {mean:.1} max {max}");
+    println!("  leave: subset changes per balancer mean {mean:.1} max {max}; CPU per balancer {leave_ms:.2} ms");
+    out["leave_cpu_ms"] = serde_json::json!(leave_ms);
     out["leave_churn_mean"] = serde_json::json!(mean);
     out["leave_churn_max"] = serde_json::json!(max);
+    let (cpu1, t1) = (process_cpu(), Instant::now());
     let joiner = sim.join().await.expect("join");
     sim.wait_until(Duration::from_secs(60), |s| s.converged())
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let join_ms = change_cpu(cpu1, t1, sim.running().len());
+    println!("  join: CPU per balancer {join_ms:.2} ms");
+    out["join_cpu_ms"] = serde_json::json!(join_ms);
     let after_join = subsets(&sim);
     let (mean, max, _) = churn(&after_leave, &after_join);
     let joined = after_join

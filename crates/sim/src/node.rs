@@ -293,7 +293,7 @@ async fn watch_deaths(
     stop: CancellationToken,
 ) {
     let mut rx = cluster.subscribe();
-    let mut live: Vec<String> = cluster.view().live.clone();
+    let mut live = cluster.view().live.clone();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,

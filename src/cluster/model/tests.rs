@@ -62,7 +62,7 @@ async fn known_ids_limit_membership() {
     let mut hb = 0;
     beat(&mut m, &[&b, &intruder], &mut hb).await;
     let v = m.build().unwrap();
-    assert_eq!(v.live, vec!["a", "b"]);
+    assert_eq!(*v.live, vec!["a", "b"]);
     assert_eq!(v.known_count, 3);
     assert_eq!(v.peers.len(), 2, "{:?}", v.peers);
     let c = v
@@ -90,7 +90,7 @@ async fn address_only_peers_learn_ids() {
     let mut hb = 0;
     beat(&mut m, &[&b, &c], &mut hb).await;
     let v = m.build().unwrap();
-    assert_eq!(v.live, vec!["a", "b", "c"]);
+    assert_eq!(*v.live, vec!["a", "b", "c"]);
     assert_eq!(v.peers[0].id.as_deref(), Some("b"));
     assert!(v.peers[0].known);
     assert!(!v.peers[1].known);
@@ -113,7 +113,7 @@ async fn address_only_peers_keep_the_identity_learnt_when_they_die() {
     assert!(m.learned_known().is_none(), "nothing more to learn");
     let v = m.build().unwrap();
     assert_eq!(
-        v.live,
+        *v.live,
         vec!["a", "b", "c", "d"],
         "address-only: d counts too"
     );
@@ -127,7 +127,7 @@ async fn address_only_peers_keep_the_identity_learnt_when_they_die() {
         );
     }
     let v = m.build().unwrap();
-    assert_eq!(v.live, vec!["a", "d"]);
+    assert_eq!(*v.live, vec!["a", "d"]);
     assert_eq!(v.known_count, 3);
     let ids: Vec<_> = v
         .peers
@@ -150,11 +150,11 @@ async fn dead_after_the_timeout_and_gone_at_once_when_not_ready() {
     }
     let mut hb = 0;
     beat(&mut m, &[&b, &c], &mut hb).await;
-    assert_eq!(m.build().unwrap().live, vec!["a", "b", "c"]);
+    assert_eq!(*m.build().unwrap().live, vec!["a", "b", "c"]);
     // c says it is stopping: gone at the next build, no timeout.
     set(&mut m, &c, "ready", "0");
     m.heartbeats(Instant::now(), [(b.clone(), hb), (c.clone(), hb)]);
-    assert_eq!(m.build().unwrap().live, vec!["a", "b"]);
+    assert_eq!(*m.build().unwrap().live, vec!["a", "b"]);
     // b goes silent: still live for the timeout, then dead.
     let silent_since = Instant::now();
     let mut died = None;
@@ -224,7 +224,7 @@ async fn newest_incarnation_wins_and_health_merges() {
     let mut hb = 0;
     beat(&mut m, &[&old, &new, &c], &mut hb).await;
     let v = m.build().unwrap();
-    assert_eq!(v.live, vec!["a", "b", "c"]);
+    assert_eq!(*v.live, vec!["a", "b", "c"]);
     // b (in epoch e1, as this balancer) covers g1..g3; c's epoch is another.
     let covers = |peer: &str, g: &str| peer == "b" && ["g1", "g2", "g3"].contains(&g);
     assert_eq!(

@@ -14,6 +14,9 @@
 //! connections only ever carry frames towards this balancer; replies go out on its own
 //! connection to the sender's advertised address.
 //!
+//! The same frames carry notes ([`notes`]): a message from one balancer straight to
+//! another outside gossip (a rotation acknowledgment for the balancer waiting for it).
+//!
 //! Frame (`u32` big-endian length prefix on TCP; the datagram itself on UDP):
 //!
 //! ```text
@@ -34,6 +37,8 @@
 mod codec;
 mod frame;
 mod net;
+pub mod notes;
+mod outbound;
 
 pub use crate::config::Carrier;
 pub use codec::Codec;
@@ -42,3 +47,4 @@ pub use frame::{
     UPGRADE_PROTOCOL,
 };
 pub use net::{GossipTransport, GossipUpgrade, InboundStream};
+pub use notes::{Note, Notes};

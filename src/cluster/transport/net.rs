@@ -2,7 +2,7 @@
 //! per-peer outbound connections and writers, the inbound readers (TCP, UDP, upgraded
 //! HTTP) and [`GossipUpgrade`], the endpoint the proxy hands upgraded connections to.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -12,14 +12,16 @@ use async_trait::async_trait;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport};
 use chitchat::ChitchatEnvelope;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::codec::{self, Codec};
 use super::frame::*;
+use super::notes::{is_note, Notes};
+use super::outbound::Outbound;
 use crate::config::Carrier;
 use crate::proxy::upgrade::UpgradeEndpoint;
 use crate::time::unix_secs;
@@ -29,6 +31,9 @@ pub type InboundStream = Box<dyn AsyncRead + Send + Unpin>;
 
 /// Incoming connections handed over by the proxy, queued for the gossip reader.
 pub(super) const UPGRADE_QUEUE: usize = 64;
+
+/// Notes received and not yet taken by the cluster node.
+const NOTES_QUEUE: usize = 1024;
 
 enum Bound {
     Tcp(TcpListener),
@@ -42,12 +47,14 @@ enum Bound {
 /// upgraded connections in through [`GossipTransport::upgrade_endpoint`].
 pub struct GossipTransport {
     bound: Mutex<Option<Bound>>,
-    carrier: Carrier,
     local: SocketAddr,
     advertise: SocketAddr,
     auth: Auth,
     stats: Arc<GossipStats>,
     upgrades: Option<mpsc::Sender<(InboundStream, SocketAddr)>>,
+    outbound: Arc<Outbound>,
+    notes: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+    notes_inbox: Mutex<Option<mpsc::Receiver<(SocketAddr, Vec<u8>)>>>,
 }
 
 impl GossipTransport {
@@ -62,6 +69,7 @@ impl GossipTransport {
         stats: Arc<GossipStats>,
     ) -> std::io::Result<Self> {
         let mut upgrades = None;
+        let mut udp = None;
         let (bound, local) = match carrier {
             Carrier::Tcp => {
                 let l = TcpListener::bind(listen).await?;
@@ -69,9 +77,10 @@ impl GossipTransport {
                 (Bound::Tcp(l), a)
             }
             Carrier::Udp => {
-                let s = UdpSocket::bind(listen).await?;
+                let s = Arc::new(UdpSocket::bind(listen).await?);
                 let a = s.local_addr()?;
-                (Bound::Udp(Arc::new(s)), a)
+                udp = Some(s.clone());
+                (Bound::Udp(s), a)
             }
             Carrier::Http => {
                 let (tx, rx) = mpsc::channel(UPGRADE_QUEUE);
@@ -79,15 +88,33 @@ impl GossipTransport {
                 (Bound::Http(rx), listen)
             }
         };
+        let advertise = advertise.unwrap_or(local);
+        let outbound = Arc::new(Outbound::new(
+            udp,
+            (carrier == Carrier::Http).then(|| auth.clone()),
+            auth.clone(),
+            advertise,
+            stats.clone(),
+        ));
+        let (notes, inbox) = mpsc::channel(NOTES_QUEUE);
         Ok(GossipTransport {
             bound: Mutex::new(Some(bound)),
-            carrier,
             local,
-            advertise: advertise.unwrap_or(local),
+            advertise,
             auth,
             stats,
             upgrades,
+            outbound,
+            notes,
+            notes_inbox: Mutex::new(Some(inbox)),
         })
+    }
+
+    /// What sends notes to peers over this transport's connections, and the notes
+    /// peers sent here (once: the cluster node takes them).
+    pub fn notes(&self) -> Option<(Notes, mpsc::Receiver<(SocketAddr, Vec<u8>)>)> {
+        let inbox = self.notes_inbox.lock().ok()?.take()?;
+        Some((Notes::new(self.outbound.clone()), inbox))
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -152,63 +179,78 @@ impl Transport for GossipTransport {
             .take()
             .ok_or_else(|| anyhow::anyhow!("gossip transport already opened"))?;
         let (inbound_tx, inbound) = mpsc::channel(1024);
-        let outbound = match bound {
+        let sink = Sink {
+            gossip: inbound_tx,
+            notes: self.notes.clone(),
+        };
+        match bound {
             Bound::Tcp(listener) => {
                 let (tx, rx) = mpsc::channel(UPGRADE_QUEUE);
-                tokio::spawn(tcp_accept_loop(listener, tx, inbound_tx.clone()));
+                tokio::spawn(tcp_accept_loop(listener, tx, sink.gossip.clone()));
                 tokio::spawn(serve_inbound(
                     rx,
                     self.auth.clone(),
                     self.stats.clone(),
-                    inbound_tx,
+                    sink,
                 ));
-                Outbound::Streams(HashMap::new())
             }
             Bound::Http(rx) => {
                 tokio::spawn(serve_inbound(
                     rx,
                     self.auth.clone(),
                     self.stats.clone(),
-                    inbound_tx,
+                    sink,
                 ));
-                Outbound::Streams(HashMap::new())
             }
             Bound::Udp(socket) => {
                 tokio::spawn(udp_recv_loop(
-                    socket.clone(),
+                    socket,
                     self.auth.clone(),
                     self.stats.clone(),
-                    inbound_tx,
+                    sink,
                 ));
-                Outbound::Udp(socket)
             }
-        };
+        }
         Ok(Box::new(GossipSocket {
             codec: Codec::new().await?,
             inbound,
-            outbound,
-            carrier: self.carrier,
-            auth: self.auth.clone(),
+            outbound: self.outbound.clone(),
             local: self.local,
-            advertise: self.advertise,
             stats: self.stats.clone(),
         }))
     }
 }
 
-enum Outbound {
-    Streams(HashMap<SocketAddr, mpsc::Sender<Vec<u8>>>),
-    Udp(Arc<UdpSocket>),
+/// Where an authentic frame goes: chitchat's messages to its socket, notes to the
+/// cluster node ([`super::notes`]).
+#[derive(Clone)]
+struct Sink {
+    gossip: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+    notes: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+}
+
+impl Sink {
+    fn deliver(&self, from: SocketAddr, message: &[u8]) {
+        let queue = if is_note(message) {
+            &self.notes
+        } else {
+            &self.gossip
+        };
+        if queue.try_send((from, message.to_vec())).is_err() {
+            debug!("gossip inbound queue full: frame dropped");
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.gossip.is_closed()
+    }
 }
 
 struct GossipSocket {
     codec: Codec,
     inbound: mpsc::Receiver<(SocketAddr, Vec<u8>)>,
-    outbound: Outbound,
-    carrier: Carrier,
-    auth: Auth,
+    outbound: Arc<Outbound>,
     local: SocketAddr,
-    advertise: SocketAddr,
     stats: Arc<GossipStats>,
 }
 
@@ -228,29 +270,7 @@ impl Socket for GossipSocket {
         if codec::is_empty_ack(ack, &message) {
             return Ok(SendOutcome { num_bytes_sent: 0 });
         }
-        let frame = self.auth.seal(self.advertise, &message);
-        let n = frame.len();
-        match &mut self.outbound {
-            Outbound::Udp(sock) => {
-                if let Err(e) = sock.send_to(&frame, to).await {
-                    self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
-                    debug!(peer = %to, error = %e, "gossip send failed");
-                }
-            }
-            Outbound::Streams(peers) => {
-                let upgrade = (self.carrier == Carrier::Http).then(|| self.auth.clone());
-                let queue = peers
-                    .entry(to)
-                    .or_insert_with(|| spawn_writer(to, upgrade.clone(), self.stats.clone()));
-                if queue.is_closed() {
-                    *queue = spawn_writer(to, upgrade, self.stats.clone());
-                }
-                if queue.try_send(frame).is_err() {
-                    self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        self.stats.frames_sent.fetch_add(1, Ordering::Relaxed);
+        let n = self.outbound.send(to, &message).await;
         Ok(SendOutcome { num_bytes_sent: n })
     }
 
@@ -279,115 +299,6 @@ impl Socket for GossipSocket {
     }
 }
 
-/// Open a connection to `to` for frames: plain TCP, or (with `upgrade`) an HTTP/1.1
-/// request for `Upgrade: gearlb-gossip/1` carrying the handshake proof, answered `101`.
-async fn connect(to: SocketAddr, upgrade: Option<&Auth>) -> std::io::Result<TcpStream> {
-    let mut s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    let _ = s.set_nodelay(true);
-    let Some(auth) = upgrade else {
-        return Ok(s);
-    };
-    let request = format!(
-        "GET {UPGRADE_PATH} HTTP/1.1\r\nHost: {to}\r\nConnection: Upgrade\r\nUpgrade: {UPGRADE_PROTOCOL}\r\n{AUTH_HEADER}: {}\r\nContent-Length: 0\r\n\r\n",
-        auth.handshake(unix_secs())
-    );
-    let answer = async {
-        s.write_all(request.as_bytes()).await?;
-        // The peer sends nothing after its response head (incoming connections carry
-        // frames one way), so whatever is read up to the blank line is the head.
-        let mut head = Vec::with_capacity(256);
-        let mut chunk = [0u8; 512];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            if head.len() >= MAX_HANDSHAKE_RESPONSE {
-                return Err(std::io::Error::other("upgrade response head too long"));
-            }
-            let n = s.read(&mut chunk).await?;
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "closed during the gossip upgrade",
-                ));
-            }
-            head.extend_from_slice(&chunk[..n]);
-        }
-        Ok(head)
-    };
-    let head = tokio::time::timeout(HANDSHAKE_TIMEOUT, answer)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no upgrade answer"))??;
-    let text = String::from_utf8_lossy(&head);
-    let status_ok = text.starts_with("HTTP/1.1 101 ");
-    let protocol_ok = text.lines().any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("upgrade")
-                && v.trim().eq_ignore_ascii_case(UPGRADE_PROTOCOL)
-        })
-    });
-    if status_ok && protocol_ok {
-        Ok(s)
-    } else {
-        let line = text.lines().next().unwrap_or_default().to_string();
-        Err(std::io::Error::other(format!(
-            "gossip upgrade refused: {}",
-            crate::gear::printable(&line)
-        )))
-    }
-}
-
-/// A task owning the outgoing connection to one peer.
-pub(super) fn spawn_writer(
-    to: SocketAddr,
-    upgrade: Option<Auth>,
-    stats: Arc<GossipStats>,
-) -> mpsc::Sender<Vec<u8>> {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_QUEUE);
-    tokio::spawn(async move {
-        let mut conn: Option<TcpStream> = None;
-        // The last reason a connection could not be opened, logged when it changes.
-        let mut last_error = String::new();
-        while let Some(frame) = rx.recv().await {
-            if conn.is_none() {
-                match connect(to, upgrade.as_ref()).await {
-                    Ok(s) => {
-                        if !last_error.is_empty() {
-                            debug!(peer = %to, "gossip connection open again");
-                            last_error.clear();
-                        }
-                        conn = Some(s);
-                    }
-                    Err(e) => {
-                        stats.send_failures.fetch_add(1, Ordering::Relaxed);
-                        let now = e.to_string();
-                        if now != last_error {
-                            if now.contains("refused:") {
-                                warn!(peer = %to, error = %now, "peer refused gossip (other application secret, or clocks more than 15 min apart?)");
-                            } else {
-                                debug!(peer = %to, error = %now, "gossip connection failed");
-                            }
-                            last_error = now;
-                        }
-                        continue; // dropped: the next gossip round sends fresh state
-                    }
-                }
-            }
-            if let Some(s) = conn.as_mut() {
-                // Length prefix and frame in one write: one system call per frame.
-                let mut buf = Vec::with_capacity(4 + frame.len());
-                buf.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-                buf.extend_from_slice(&frame);
-                let ok = s.write_all(&buf).await.is_ok();
-                if !ok {
-                    stats.send_failures.fetch_add(1, Ordering::Relaxed);
-                    conn = None;
-                }
-            }
-        }
-    });
-    tx
-}
-
 /// Accept TCP gossip connections and queue them for [`serve_inbound`].
 async fn tcp_accept_loop(
     listener: TcpListener,
@@ -414,7 +325,7 @@ async fn serve_inbound(
     mut streams: mpsc::Receiver<(InboundStream, SocketAddr)>,
     auth: Auth,
     stats: Arc<GossipStats>,
-    inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
+    inbound: Sink,
 ) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
     // Connections that have not sent an authentic frame yet, oldest first.
@@ -484,7 +395,7 @@ async fn read_frames<S: AsyncRead + Unpin>(
     mut stream: S,
     auth: &Auth,
     stats: &GossipStats,
-    inbound: &mpsc::Sender<(SocketAddr, Vec<u8>)>,
+    inbound: &Sink,
     proven: &impl Fn(),
 ) -> anyhow::Result<()> {
     let mut buf = Vec::new();
@@ -512,9 +423,7 @@ async fn read_frames<S: AsyncRead + Unpin>(
                     authenticated = true;
                     proven();
                 }
-                if inbound.try_send((from, message.to_vec())).is_err() {
-                    debug!("gossip inbound queue full: frame dropped");
-                }
+                inbound.deliver(from, message);
             }
             Err(e) => {
                 count_rejection(stats, &e);
@@ -524,12 +433,7 @@ async fn read_frames<S: AsyncRead + Unpin>(
     }
 }
 
-async fn udp_recv_loop(
-    socket: Arc<UdpSocket>,
-    auth: Auth,
-    stats: Arc<GossipStats>,
-    inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
-) {
+async fn udp_recv_loop(socket: Arc<UdpSocket>, auth: Auth, stats: Arc<GossipStats>, inbound: Sink) {
     let mut buf = vec![0u8; 65_536];
     loop {
         let n = match socket.recv_from(&mut buf).await {
@@ -546,7 +450,7 @@ async fn udp_recv_loop(
         match auth.open(&buf[..n]) {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
-                let _ = inbound.try_send((from, message.to_vec()));
+                inbound.deliver(from, message);
             }
             Err(e) => count_rejection(&stats, &e),
         }

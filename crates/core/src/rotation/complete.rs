@@ -51,6 +51,29 @@ pub fn done_state(op: Op) -> AckState {
     }
 }
 
+/// A peer's acknowledgment of the op of `epoch` as the waiting balancer knows it, from
+/// two sources: the peer's `ack:` key in gossip and the note it sent straight here.
+/// Either may be behind the other (a lost note; gossip a few rounds late), and within
+/// one epoch a peer only moves towards `done` (draining, then drained): the one for
+/// `epoch` in the done state wins, then the one for `epoch`, then gossip's.
+pub fn newest_ack<'a>(
+    gossip: Option<&'a Ack>,
+    direct: Option<&'a Ack>,
+    epoch: &str,
+    done: AckState,
+) -> Option<&'a Ack> {
+    let rank = |a: Option<&Ack>| match a {
+        Some(a) if a.epoch == epoch && a.state == done => 2,
+        Some(a) if a.epoch == epoch => 1,
+        _ => 0,
+    };
+    if rank(direct) > rank(gossip) {
+        direct
+    } else {
+        gossip.or(direct)
+    }
+}
+
 /// Where one rotation stands, as the balancer waiting for it sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Progress {

@@ -444,3 +444,21 @@ fn give_up_and_done_states() {
     assert_eq!(done_state(Out), Drained);
     assert_eq!(done_state(In), Active);
 }
+
+#[test]
+fn the_newest_acknowledgment_of_the_epoch_wins_from_either_source() {
+    let draining = ack("2.lb1", AckState::Draining);
+    let drained = ack("2.lb1", AckState::Drained);
+    let old = ack("1.lb1", AckState::Drained);
+    let pick = |g, d| newest_ack(g, d, "2.lb1", AckState::Drained).cloned();
+    // The note came first (gossip is still on the old epoch, or silent).
+    assert_eq!(pick(Some(&old), Some(&draining)), Some(draining.clone()));
+    assert_eq!(pick(None, Some(&drained)), Some(drained.clone()));
+    // Gossip is ahead of a lost note.
+    assert_eq!(pick(Some(&drained), Some(&draining)), Some(drained.clone()));
+    // Both on the epoch: the one done wins, whichever it is.
+    assert_eq!(pick(Some(&draining), Some(&drained)), Some(drained.clone()));
+    // Nothing for the epoch anywhere: gossip's, as before notes.
+    assert_eq!(pick(Some(&old), None), Some(old.clone()));
+    assert_eq!(pick(None, None), None);
+}
