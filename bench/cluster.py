@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SECRET = "bench-cluster-secret-0123456789abcdef"
@@ -307,7 +308,8 @@ def main():
             f"false deaths {result['false_deaths']}",
             flush=True,
         )
-        # Stalls of the acting scaler.
+        # Stalls of the acting scaler, sampled every 100 ms as well as read from the logs.
+        sampler = ActingSampler(lbs) if args.stop else None
         stalls = []
         for secs in [float(x) for x in args.stop.split(",") if x]:
             found = acting_scaler(lbs, "stall")
@@ -322,6 +324,10 @@ def main():
             stalls.append({"stop_s": secs, "took_over": took_over})
             print(f"  SIGSTOP of the acting scaler for {secs:g}s: another took over: {took_over}", flush=True)
         result["stalls"] = stalls
+        if sampler is not None:
+            most, slots = sampler.most_at_once()
+            result["acting_most_at_once_sampled"] = most
+            print(f"  acting scalers sampled every 100 ms through the stalls: most at once {most} ({slots} slots)", flush=True)
         most, overlap_s, intervals = acting_overlap(lbs, peers_known, time.time())
         result["acting_most_at_once"] = most
         result["acting_overlap_s"] = overlap_s
@@ -361,6 +367,60 @@ def main():
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rotate_out_s",)}))
+
+
+class ActingSampler:
+    """Every 100 ms, from a thread per balancer: whether it acts as the scaler (its
+    `peers` reply carries its own scaler report). A stopped balancer does not answer
+    and is not sampled meanwhile. Only the lowest ids are asked: the election ranks by
+    id here, so only they can become the scaler."""
+
+    def __init__(self, lbs, count=4):
+        self.samples = []  # (time, balancer id, acting)
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self.run, args=(lb,), daemon=True)
+            for lb in sorted(lbs, key=lambda lb: lb.id)[:count]
+        ]
+        for t in self.threads:
+            t.start()
+
+    def run(self, lb):
+        while not self.stop.is_set():
+            t = time.time()
+            try:
+                reply, _ = request(lb.sock, {"cmd": "peers"}, timeout=5)
+                acting = bool(reply["data"]["scaler"]["acting"])
+                self.samples.append((t, lb.id, acting))
+            except Exception:
+                pass
+            self.stop.wait(max(0.0, 0.1 - (time.time() - t)))
+
+    def most_at_once(self):
+        """The most balancers acting within one 100 ms slot, each counted by its
+        latest sample at or before the slot."""
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+        if not self.samples:
+            return 0, 0
+        samples = sorted(self.samples)
+        start, end = samples[0][0], samples[-1][0]
+        latest = {}
+        i = 0
+        most = 0
+        slots = 0
+        t = start
+        while t <= end:
+            while i < len(samples) and samples[i][0] <= t:
+                latest[samples[i][1]] = samples[i]
+                i += 1
+            # A balancer not sampled for a second (stopped, busy) does not count.
+            now = sum(1 for (st, _, acting) in latest.values() if acting and t - st < 1.0)
+            most = max(most, now)
+            slots += 1
+            t += 0.1
+        return most, slots
 
 
 def acting_scaler(lbs, phase):

@@ -397,10 +397,18 @@ impl control::Handler for App {
                 Err(e) => Reply::error(1, e.to_string()),
             },
             Request::UpdateCluster { args } => self.update_cluster(&args).await,
-            Request::Peers => Reply::ok(
-                "",
-                serde_json::to_value(self.cluster_view()).unwrap_or_default(),
-            ),
+            Request::Peers => {
+                // The view, and this balancer's own scaler report (whether it acts):
+                // small enough to poll often, unlike `status` with every gear.
+                let mut data = serde_json::to_value(self.cluster_view()).unwrap_or_default();
+                if let Some(o) = data.as_object_mut() {
+                    o.insert(
+                        "scaler".into(),
+                        serde_json::to_value(self.scaler.report()).unwrap_or_default(),
+                    );
+                }
+                Reply::ok("", data)
+            }
             Request::SetPeers { args } => self.set_peers(&args).await,
             Request::Scale { event } => self.scale(&event).await,
             Request::Rotate {

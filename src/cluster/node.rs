@@ -308,7 +308,7 @@ impl Cluster {
 
     /// Take the notes peers send here until the transport stops. A note counts only
     /// from a live member, sent from the gossip address this balancer knows it by.
-    async fn take_notes(self: Arc<Self>, mut inbox: mpsc::Receiver<(SocketAddr, Vec<u8>)>) {
+    async fn take_notes(self: Arc<Self>, mut inbox: super::transport::notes::NoteInbox) {
         while let Some((from_addr, message)) = inbox.recv().await {
             match Note::decode(&message) {
                 Some(Note::Ack { from, gear, ack }) => {

@@ -3,7 +3,7 @@
 //! gossiped loads and calls the broker; manual scale events; its report for `status`.
 //!
 //! The acting role is fenced (`gearlb_core::scaler::fence`): the loop turns at least
-//! every [`FENCE_TICK`], and on every turn and right before every call to the broker
+//! every [`FENCE_TICK`] while elected or acting ([`QUIET_TICK`] otherwise), and on every turn and right before every call to the broker
 //! it checks on a monotonic clock that it was not stopped or starved, that a majority
 //! was heard from since it resumed, and that no other balancer claims the role; it
 //! stands down otherwise, and says why in the log. A balancer takes over only once the
@@ -75,9 +75,14 @@ pub struct ScalerReport {
     pub checks: u64,
 }
 
-/// How often the scaler's loop turns at least (its fence's tick): a turn that comes
-/// much later than this shows a stall.
+/// How often the scaler's loop turns at least while this balancer is elected or acts
+/// (its fence's tick): a turn that comes much later than this shows a stall.
 pub const FENCE_TICK: Duration = Duration::from_millis(100);
+
+/// How often it turns otherwise (at most half the fence's longest gap): nothing to
+/// fence, but its stall detection stays on, so that it knows when it last resumed
+/// should it be elected. A change of the view turns it at once either way.
+pub const QUIET_TICK: Duration = Duration::from_millis(250);
 
 /// The scaler of this balancer.
 pub struct Scaler {
@@ -244,15 +249,16 @@ impl Scaler {
             .as_ref()
             .map_or(Duration::from_secs(2), |c| c.liveness_window());
         let mut fence = Fence::new(FENCE_TICK, liveness);
-        let mut tick = tokio::time::interval(FENCE_TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut next_turn = tokio::time::Instant::now() + FENCE_TICK;
+        // Never as long as half the fence's longest gap (short liveness windows).
+        let quiet_tick = QUIET_TICK.min(fence.max_gap / 2).max(FENCE_TICK);
         // Other balancers' claims to act, by id: when each was last heard making one.
         let mut claims: HashMap<String, u64> = HashMap::new();
         loop {
             let check = tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep_until(next_check) => true,
-                _ = tick.tick() => false,
+                _ = tokio::time::sleep_until(next_turn) => false,
                 r = async {
                     match views.as_mut() {
                         Some(v) => v.changed().await.is_ok(),
@@ -269,6 +275,12 @@ impl Scaler {
             // turn: if so it stands down below, before anything else.
             let now_ms = self.mono_ms();
             let stalled = fence.turn(now_ms);
+            next_turn = tokio::time::Instant::now()
+                + if e.acts || was_acting {
+                    FENCE_TICK
+                } else {
+                    quiet_tick
+                };
             let s = self.settings.load_full();
             let view = match &cluster {
                 Some(c) => c.view(),

@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 
 use super::codec::{self, Codec};
 use super::frame::*;
-use super::notes::{is_note, Notes};
+use super::notes::{is_note, NoteInbox, Notes};
 use super::outbound::Outbound;
 use crate::config::Carrier;
 use crate::proxy::upgrade::UpgradeEndpoint;
@@ -54,7 +54,7 @@ pub struct GossipTransport {
     upgrades: Option<mpsc::Sender<(InboundStream, SocketAddr)>>,
     outbound: Arc<Outbound>,
     notes: mpsc::Sender<(SocketAddr, Vec<u8>)>,
-    notes_inbox: Mutex<Option<mpsc::Receiver<(SocketAddr, Vec<u8>)>>>,
+    notes_inbox: Mutex<Option<NoteInbox>>,
 }
 
 impl GossipTransport {
@@ -112,7 +112,7 @@ impl GossipTransport {
 
     /// What sends notes to peers over this transport's connections, and the notes
     /// peers sent here (once: the cluster node takes them).
-    pub fn notes(&self) -> Option<(Notes, mpsc::Receiver<(SocketAddr, Vec<u8>)>)> {
+    pub fn notes(&self) -> Option<(Notes, NoteInbox)> {
         let inbox = self.notes_inbox.lock().ok()?.take()?;
         Some((Notes::new(self.outbound.clone()), inbox))
     }

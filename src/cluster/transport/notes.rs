@@ -25,6 +25,9 @@ use gearlb_core::rotation::register::Ack;
 /// The first bytes of every note.
 pub const NOTE_MAGIC: &[u8; 4] = b"GLBN";
 
+/// Notes received from peers: each with the gossip address its frame came from.
+pub type NoteInbox = tokio::sync::mpsc::Receiver<(SocketAddr, Vec<u8>)>;
+
 /// The longest note read (an acknowledgment is a few hundred bytes).
 const MAX_NOTE: usize = 16 * 1024;
 
