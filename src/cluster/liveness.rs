@@ -21,10 +21,14 @@
 //! - **A flood of deaths is rate-limited.** One crash is one death; many peers falling
 //!   silent within one window at once is more often this balancer falling behind (its
 //!   gossip backlog unread) than many crashes. Within any window of `timeout`, at most
-//!   [`Liveness::verdict_budget`] peers are declared dead (a quarter of those live, at
-//!   least two); the others stay live, *held*, until the window moves on or their
-//!   heartbeat advances again. The longest silent go first. A real partition still
-//!   converges, a window per batch later; the scaler's fence does not wait for these
+//!   [`Liveness::verdict_budget`] members are declared dead (a quarter of the live
+//!   members, at least two); the others stay live, *held*, until the window moves on or
+//!   their heartbeat advances again. The longest silent go first. Only members count
+//!   (the caller says which nodes are): an old incarnation or a node that left is let
+//!   go without using the budget. A real partition still converges, a window per batch
+//!   later, and meanwhile a held peer still counts as live for the election and for
+//!   rotations (a takeover or a rotation's completion may wait that long after a mass
+//!   failure); the scaler's fence, which keeps two from acting, does not wait for these
 //!   verdicts (it asks who was [`Liveness::heard`]).
 //!
 //! The first heartbeat seen of a node is not proof of life (it may be an old value
@@ -163,10 +167,10 @@ impl<K: Eq + Hash + Clone> Liveness<K> {
 
     /// The round's verdicts at `now`: forget the nodes its heartbeats did not list
     /// (gone from gossip), declare dead the live ones silent for longer than the
-    /// timeout (within the window's budget, the longest silent first; the rest are
-    /// held), and note who stopped being fresh. True when the set of nodes, a verdict
-    /// or a freshness changed.
-    pub fn sweep(&mut self, now: Instant) -> bool {
+    /// timeout (the `member`s within the window's budget, the longest silent first, the
+    /// rest held; other nodes at once), and note who stopped being fresh. True when the
+    /// set of nodes, a verdict or a freshness changed.
+    pub fn sweep(&mut self, now: Instant, member: impl Fn(&K) -> bool) -> bool {
         let round = self.round;
         self.round += 1;
         let before = self.seen.len();
@@ -190,8 +194,16 @@ impl<K: Eq + Hash + Clone> Liveness<K> {
                 changed = true;
             }
             if s.live {
+                let overdue = silent.is_none_or(|d| d > self.timeout);
+                if !member(k) {
+                    if overdue {
+                        s.live = false;
+                        changed = true;
+                    }
+                    continue;
+                }
                 live += 1;
-                if silent.is_none_or(|d| d > self.timeout) {
+                if overdue {
                     due.push((s.advanced, k.clone()));
                 }
             }
@@ -254,7 +266,7 @@ mod tests {
         for (n, hb) in beats {
             l.observe(n, *hb, now);
         }
-        l.sweep(now)
+        l.sweep(now, |_| true)
     }
 
     #[tokio::test(start_paused = true)]
@@ -262,11 +274,11 @@ mod tests {
         let mut l = Liveness::new(T, P);
         let t0 = Instant::now();
         assert!(!l.observe(&"a", 5, t0), "first sight is not proof of life");
-        assert!(l.sweep(t0), "a new node is a change");
+        assert!(l.sweep(t0, |_| true), "a new node is a change");
         assert!(!l.is_live(&"a"));
         tokio::time::advance(P).await;
         assert!(l.observe(&"a", 6, Instant::now()), "became live");
-        l.sweep(Instant::now());
+        l.sweep(Instant::now(), |_| true);
         assert!(l.is_live(&"a") && l.is_fresh(&"a"));
         // The same heartbeat again is no news, and nothing changes until it is stale.
         for i in 0..6 {
@@ -396,6 +408,31 @@ mod tests {
         let beats: Vec<_> = NAMES.iter().map(|n| (*n, hb)).collect();
         round(&mut l, &beats);
         assert!(NAMES.iter().all(|n| l.is_live(n)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nodes_that_are_not_members_die_without_using_the_budget() {
+        // Four members and four old incarnations (restarted balancers), all silent.
+        let mut l = Liveness::new(T, P);
+        for hb in 1..=3 {
+            let beats: Vec<_> = NAMES[..8].iter().map(|n| (*n, hb)).collect();
+            round(&mut l, &beats);
+            tokio::time::advance(P).await;
+        }
+        let member = |n: &&str| NAMES[..4].contains(n);
+        for _ in 0..11 {
+            let now = Instant::now();
+            l.tick(now);
+            for n in &NAMES[..8] {
+                l.observe(n, 3, now);
+            }
+            l.sweep(now, member);
+            tokio::time::advance(P).await;
+        }
+        let dead: Vec<_> = NAMES[..8].iter().filter(|n| !l.is_live(n)).collect();
+        // Every old incarnation at once, and the budget (two) of the members.
+        assert_eq!(dead.len(), 6, "{dead:?}");
+        assert!(NAMES[4..8].iter().all(|n| !l.is_live(n)));
     }
 
     #[test]

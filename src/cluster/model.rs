@@ -271,7 +271,12 @@ impl Model {
             }
             self.liveness.observe(&id, hb, now);
         }
-        let changed = self.liveness.sweep(now);
+        // Members (the incarnations chosen last round) are held to the verdict budget;
+        // an old incarnation or a node that left is let go at once.
+        let chosen = &self.chosen;
+        let changed = self
+            .liveness
+            .sweep(now, |id| chosen.get(&*id.node_id) == Some(id));
         if !changed && !self.rechoose {
             return;
         }

@@ -102,7 +102,7 @@ impl Cluster {
         let cluster = Self::start_on(&transport, settings, known, stats, upgrade).await?;
         if let Some((notes, inbox)) = transport.notes() {
             let _ = cluster.notes.set(notes);
-            tokio::spawn(cluster.clone().take_notes(inbox));
+            tokio::spawn(Self::take_notes(Arc::downgrade(&cluster), inbox));
         }
         info!(node = %cluster.self_id, gossip = %cluster.advertise, transport = cfg.transport.as_str(), peers = cluster.known().len(), "gossip started");
         Ok(cluster)
@@ -306,22 +306,29 @@ impl Cluster {
         self.direct_changed.subscribe()
     }
 
-    /// Take the notes peers send here until the transport stops. A note counts only
-    /// from a live member, sent from the gossip address this balancer knows it by.
-    async fn take_notes(self: Arc<Self>, mut inbox: super::transport::notes::NoteInbox) {
+    /// Take the notes peers send here until the transport or the node stops. A note
+    /// counts only from a live member, sent from the gossip address this balancer
+    /// knows it by; what peers no longer live sent is forgotten.
+    async fn take_notes(
+        cluster: std::sync::Weak<Self>,
+        mut inbox: super::transport::notes::NoteInbox,
+    ) {
         while let Some((from_addr, message)) = inbox.recv().await {
+            let Some(c) = cluster.upgrade() else { return };
             match Note::decode(&message) {
                 Some(Note::Ack { from, gear, ack }) => {
-                    if self.view().addrs.get(&from) != Some(&from_addr) {
+                    let view = c.view();
+                    if view.addrs.get(&from) != Some(&from_addr) {
                         continue;
                     }
-                    if let Ok(mut acks) = self.direct_acks.lock() {
+                    if let Ok(mut acks) = c.direct_acks.lock() {
+                        acks.retain(|peer, _| view.addrs.contains_key(peer));
                         acks.entry(from).or_default().insert(gear, ack);
                     }
-                    self.direct_changed.send_modify(|g| *g += 1);
+                    c.direct_changed.send_modify(|g| *g += 1);
                 }
                 None => {
-                    self.stats
+                    c.stats
                         .rejected_malformed
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }

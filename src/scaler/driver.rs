@@ -79,10 +79,10 @@ pub struct ScalerReport {
 /// (its fence's tick): a turn that comes much later than this shows a stall.
 pub const FENCE_TICK: Duration = Duration::from_millis(100);
 
-/// How often it turns otherwise (at most half the fence's longest gap): nothing to
-/// fence, but its stall detection stays on, so that it knows when it last resumed
-/// should it be elected. A change of the view turns it at once either way.
-pub const QUIET_TICK: Duration = Duration::from_millis(250);
+/// How often it turns otherwise (at most two fifths of the fence's longest gap):
+/// nothing to fence, but its stall detection stays on, so that it knows when it last
+/// resumed should it be elected. A change of the view turns it at once either way.
+pub const QUIET_TICK: Duration = Duration::from_millis(200);
 
 /// The scaler of this balancer.
 pub struct Scaler {
@@ -250,8 +250,9 @@ impl Scaler {
             .map_or(Duration::from_secs(2), |c| c.liveness_window());
         let mut fence = Fence::new(FENCE_TICK, liveness);
         let mut next_turn = tokio::time::Instant::now() + FENCE_TICK;
-        // Never as long as half the fence's longest gap (short liveness windows).
-        let quiet_tick = QUIET_TICK.min(fence.max_gap / 2).max(FENCE_TICK);
+        // At most two fifths of the fence's longest gap (short liveness windows), so a
+        // standby tolerates as much lateness as it did at 100 ms less a turn.
+        let quiet_tick = QUIET_TICK.min(fence.max_gap * 2 / 5).max(FENCE_TICK);
         // Other balancers' claims to act, by id: when each was last heard making one.
         let mut claims: HashMap<String, u64> = HashMap::new();
         loop {
@@ -275,12 +276,6 @@ impl Scaler {
             // turn: if so it stands down below, before anything else.
             let now_ms = self.mono_ms();
             let stalled = fence.turn(now_ms);
-            next_turn = tokio::time::Instant::now()
-                + if e.acts || was_acting {
-                    FENCE_TICK
-                } else {
-                    quiet_tick
-                };
             let s = self.settings.load_full();
             let view = match &cluster {
                 Some(c) => c.view(),
@@ -326,6 +321,12 @@ impl Scaler {
                 was_acting = acts;
                 self.set_acting(&cluster, &e, acts, fenced.err()).await;
             }
+            next_turn = tokio::time::Instant::now()
+                + if e.acts || acts {
+                    FENCE_TICK
+                } else {
+                    quiet_tick
+                };
             let lease = match (acts, &cluster) {
                 (false, _) => 0,
                 (true, None) => u64::MAX,

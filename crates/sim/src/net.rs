@@ -62,7 +62,8 @@ struct NetState {
     /// Crashed nodes: nothing reaches or leaves them.
     down: HashSet<SocketAddr>,
     /// Each node's process gate: while it is shut (stopped, or busy while starved)
-    /// the node neither sends nor takes delivery, and each delivery is charged to it.
+    /// the node neither sends (its socket's `send` waits) nor takes delivery (its
+    /// `recv` waits), and each send and delivery is charged to it.
     gates: HashMap<SocketAddr, Arc<Gate>>,
     traffic: HashMap<SocketAddr, Traffic>,
 }
@@ -156,9 +157,6 @@ impl SimNet {
             for a in [from, to] {
                 if let Some(until) = s.stalled.get(&a) {
                     at = at.max(*until);
-                }
-                if let Some(until) = s.gates.get(&a).and_then(|g| g.shut()) {
-                    at = at.max(until);
                 }
             }
             Some(at)

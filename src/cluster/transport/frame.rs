@@ -100,8 +100,9 @@ pub enum FrameError {
 /// Keys of one cluster: who may gossip with whom.
 #[derive(Clone)]
 pub struct Auth {
-    key: [u8; 32],
     cluster_tag: [u8; CLUSTER_TAG_LEN],
+    /// HMAC keyed once (its inner and outer pads computed), cloned per frame.
+    keyed: Hmac<Sha256>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -120,26 +121,46 @@ impl Auth {
         let digest = Sha256::digest(cluster_id.as_bytes());
         let mut cluster_tag = [0u8; CLUSTER_TAG_LEN];
         cluster_tag.copy_from_slice(&digest[..CLUSTER_TAG_LEN]);
-        Auth { key, cluster_tag }
+        // HMAC accepts keys of any length.
+        let keyed = Hmac::<Sha256>::new_from_slice(&key).expect("any key length");
+        Auth { cluster_tag, keyed }
     }
 
     fn mac(&self) -> Hmac<Sha256> {
-        // HMAC accepts keys of any length.
-        Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length")
+        self.keyed.clone()
     }
 
     /// Build a frame carrying `message` from `sender`.
     pub fn seal(&self, sender: SocketAddr, message: &[u8]) -> Vec<u8> {
-        let addr = sender.to_string();
-        let mut out =
-            Vec::with_capacity(4 + CLUSTER_TAG_LEN + 1 + addr.len() + message.len() + TAG_LEN);
+        self.seal_into(Vec::new(), &sender.to_string(), message)
+    }
+
+    /// [`Auth::seal`] with the sender's address already written out (as `SocketAddr`
+    /// displays it): what a transport sending many frames keeps.
+    pub fn seal_from(&self, sender: &str, message: &[u8]) -> Vec<u8> {
+        self.seal_into(Vec::new(), sender, message)
+    }
+
+    /// A frame carrying `message` from `sender` (written out) behind its `u32`
+    /// big-endian length, as a connection carries it: written in one go, no copy.
+    pub fn seal_prefixed(&self, sender: &str, message: &[u8]) -> Vec<u8> {
+        let mut out = self.seal_into(vec![0; 4], sender, message);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+
+    /// Append a frame to `out` (which holds only what goes before it).
+    fn seal_into(&self, mut out: Vec<u8>, addr: &str, message: &[u8]) -> Vec<u8> {
+        let start = out.len();
+        out.reserve(4 + CLUSTER_TAG_LEN + 1 + addr.len() + message.len() + TAG_LEN);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.cluster_tag);
         out.push(addr.len() as u8); // a SocketAddr's text is at most 47 bytes
         out.extend_from_slice(addr.as_bytes());
         out.extend_from_slice(message);
         let mut mac = self.mac();
-        mac.update(&out);
+        mac.update(&out[start..]);
         out.extend_from_slice(&mac.finalize().into_bytes());
         out
     }
@@ -240,6 +261,11 @@ mod tests {
         let a = Auth::new("app1", b"secret-0123456789");
         let frame = a.seal(addr(), b"hello");
         assert_eq!(a.open(&frame).unwrap(), (addr(), &b"hello"[..]));
+        // On a connection: the same frame behind its length.
+        let prefixed = a.seal_prefixed(&addr().to_string(), b"hello");
+        assert_eq!(a.seal_from(&addr().to_string(), b"hello"), frame);
+        assert_eq!(prefixed[..4], (frame.len() as u32).to_be_bytes());
+        assert_eq!(prefixed[4..], frame[..]);
 
         let wrong_key = Auth::new("app1", b"secret-other-key");
         assert_eq!(wrong_key.open(&frame), Err(FrameError::BadTag));

@@ -23,7 +23,8 @@ pub(super) struct Outbound {
     /// Connections are HTTP upgrades proven with this.
     upgrade: Option<Auth>,
     auth: Auth,
-    advertise: SocketAddr,
+    /// This balancer's advertised gossip address, written out once.
+    advertise: String,
     stats: Arc<GossipStats>,
 }
 
@@ -42,7 +43,7 @@ impl Outbound {
             streams: Mutex::new(HashMap::new()),
             upgrade,
             auth,
-            advertise,
+            advertise: advertise.to_string(),
             stats,
         }
     }
@@ -50,8 +51,15 @@ impl Outbound {
     /// Seal `message` in a frame from this balancer and send it to `to`; returns the
     /// frame's length. Failures are counted, never waited for.
     pub(super) async fn send(&self, to: SocketAddr, message: &[u8]) -> usize {
-        let frame = self.auth.seal(self.advertise, message);
-        let n = frame.len();
+        let (frame, n) = if self.udp.is_some() {
+            let f = self.auth.seal_from(&self.advertise, message);
+            let n = f.len();
+            (f, n)
+        } else {
+            let f = self.auth.seal_prefixed(&self.advertise, message);
+            let n = f.len() - 4;
+            (f, n)
+        };
         if let Some(sock) = &self.udp {
             if let Err(e) = sock.send_to(&frame, to).await {
                 self.stats.send_failures.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +141,8 @@ async fn connect(to: SocketAddr, upgrade: Option<&Auth>) -> std::io::Result<TcpS
     }
 }
 
-/// A task owning the outgoing connection to one peer.
+/// A task owning the outgoing connection to one peer; it writes frames as queued,
+/// each already behind its length ([`Auth::seal_prefixed`]).
 pub(super) fn spawn_writer(
     to: SocketAddr,
     upgrade: Option<Auth>,
@@ -171,10 +180,7 @@ pub(super) fn spawn_writer(
             }
             if let Some(s) = conn.as_mut() {
                 // Length prefix and frame in one write: one system call per frame.
-                let mut buf = Vec::with_capacity(4 + frame.len());
-                buf.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-                buf.extend_from_slice(&frame);
-                let ok = s.write_all(&buf).await.is_ok();
+                let ok = s.write_all(&frame).await.is_ok();
                 if !ok {
                     stats.send_failures.fetch_add(1, Ordering::Relaxed);
                     conn = None;

@@ -54,14 +54,23 @@ pub fn done_state(op: Op) -> AckState {
 /// A peer's acknowledgment of the op of `epoch` as the waiting balancer knows it, from
 /// two sources: the peer's `ack:` key in gossip and the note it sent straight here.
 /// Either may be behind the other (a lost note; gossip a few rounds late), and within
-/// one epoch a peer only moves towards `done` (draining, then drained): the one for
-/// `epoch` in the done state wins, then the one for `epoch`, then gossip's.
+/// one epoch a peer only moves towards `done` (draining, then drained): gossip's wins
+/// when it already acknowledges a later op (the peer moved on), else the one for
+/// `epoch` in the done state, then the one for `epoch`, then gossip's.
 pub fn newest_ack<'a>(
     gossip: Option<&'a Ack>,
     direct: Option<&'a Ack>,
     epoch: &str,
     done: AckState,
 ) -> Option<&'a Ack> {
+    // An epoch is `<timestamp>.<node id>`; ops are ordered by both.
+    fn order(e: &str) -> (u64, &str) {
+        let (ts, by) = e.split_once('.').unwrap_or((e, ""));
+        (ts.parse::<u64>().unwrap_or(0), by)
+    }
+    if gossip.is_some_and(|g| order(&g.epoch) > order(epoch)) {
+        return gossip;
+    }
     let rank = |a: Option<&Ack>| match a {
         Some(a) if a.epoch == epoch && a.state == done => 2,
         Some(a) if a.epoch == epoch => 1,

@@ -3,12 +3,14 @@
 //!
 //! Owns the immutable [`RoutingTable`] (one [`Entry`] per [`Backend`], a value with an
 //! id), selection ([`select`]: least loaded, best of two), connection affinity
-//! ([`affinity`]), the sticky cookie ([`sticky`]) and coverage-limited subsets
-//! ([`subset`]). All of it is pure: the data plane (`gearlb_proxy::router`) publishes
+//! ([`affinity`]), the sticky cookie ([`sticky`]), coverage-limited subsets
+//! ([`subset`]) and the routes that say which service a request is for ([`routes`]).
+//! All of it is pure: the data plane (`gearlb_proxy::router`) publishes
 //! tables atomically and keeps each backend's pool and counters keyed by its id.
 
 pub mod affinity;
 mod backend;
+pub mod routes;
 pub mod select;
 pub mod sticky;
 pub mod subset;

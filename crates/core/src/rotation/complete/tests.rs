@@ -458,6 +458,9 @@ fn the_newest_acknowledgment_of_the_epoch_wins_from_either_source() {
     assert_eq!(pick(Some(&drained), Some(&draining)), Some(drained.clone()));
     // Both on the epoch: the one done wins, whichever it is.
     assert_eq!(pick(Some(&draining), Some(&drained)), Some(drained.clone()));
+    // Gossip already shows the peer on a later op: not the note's older news.
+    let later = ack("3.lb2", AckState::Draining);
+    assert_eq!(pick(Some(&later), Some(&drained)), Some(later.clone()));
     // Nothing for the epoch anywhere: gossip's, as before notes.
     assert_eq!(pick(Some(&old), None), Some(old.clone()));
     assert_eq!(pick(None, None), None);

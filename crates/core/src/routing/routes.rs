@@ -1,0 +1,488 @@
+//! Routes: which service a request is for, from its host and path (pure).
+//!
+//! A service claims hosts and path prefixes ([`RouteSpec`]). A host is
+//!
+//! - exact: `shop.example.com`;
+//! - a wildcard: `*.example.com`, any name under it (one label or more), not the name
+//!   itself;
+//! - a regular expression: `~^shop-[0-9]+\.example\.com$`, as HAProxy's
+//!   `hdr_reg(host)`: it matches anywhere in the name unless anchored;
+//! - any host: `*` (a default service).
+//!
+//! Hosts are matched case-insensitively, without the port and a trailing dot
+//! ([`normalize_host`]). A path prefix matches element-wise, as Kubernetes' `Prefix`
+//! paths: `/api` matches `/api`, `/api/` and `/api/v1`, not `/apiary`; `/` matches
+//! every path. Paths are compared as sent (no percent-decoding), without the query.
+//!
+//! **Which route.** Host groups are tried from the most specific: the exact host, then
+//! wildcards from the longest, then the regular expressions in the order given, then
+//! any-host routes. The first group with a prefix of the request's path decides, and
+//! within it the longest prefix wins. So `api.example.com/v2` can go to one service and
+//! every other path of that host to another, while `*.example.com` takes the rest of
+//! the domain.
+//!
+//! **Cost.** Exact hosts are one map lookup; wildcards one map lookup per parent name
+//! of the request's host (its number of labels); paths a walk down a tree of path
+//! elements. A lookup grows with the length of the host and the path, and with the
+//! number of regular-expression hosts (tried in turn), never with the number of exact
+//! or wildcard routes.
+//!
+//! **Conflicts.** Two services claiming the same host pattern with the same path prefix
+//! are refused ([`RouteError::Conflict`]), naming both; the one given first keeps it.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use regex_lite::{Regex, RegexBuilder};
+
+/// The host part of a route.
+#[derive(Clone, Debug)]
+pub enum HostPattern {
+    /// Every host.
+    Any,
+    /// One name, lowercase, without a trailing dot.
+    Exact(String),
+    /// Every name under this one (lowercase, without the `*.`).
+    Wildcard(String),
+    /// Names the expression matches (case-insensitively).
+    Regex(Regex),
+}
+
+impl HostPattern {
+    /// Parse a host as written in a service (see the module doc).
+    pub fn parse(text: &str) -> Result<HostPattern, String> {
+        let t = text.trim();
+        if t == "*" {
+            return Ok(HostPattern::Any);
+        }
+        if let Some(re) = t.strip_prefix('~') {
+            if re.is_empty() {
+                return Err(format!("host {text:?}: an empty regular expression"));
+            }
+            return RegexBuilder::new(re)
+                .case_insensitive(true)
+                .build()
+                .map(HostPattern::Regex)
+                .map_err(|e| format!("host {text:?}: not a regular expression: {e}"));
+        }
+        if let Some(parent) = t.strip_prefix("*.") {
+            let name = check_name(parent).map_err(|why| format!("host {text:?}: {why}"))?;
+            return Ok(HostPattern::Wildcard(name));
+        }
+        check_name(t)
+            .map(HostPattern::Exact)
+            .map_err(|why| format!("host {text:?}: {why}"))
+    }
+
+    /// The pattern as written canonically: what conflicts are told by.
+    pub fn key(&self) -> String {
+        match self {
+            HostPattern::Any => "*".into(),
+            HostPattern::Exact(h) => h.clone(),
+            HostPattern::Wildcard(h) => format!("*.{h}"),
+            HostPattern::Regex(r) => format!("~{}", r.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+/// A host name or address as a route may name it: lowercase, no trailing dot, no
+/// port, no space, slash or wildcard.
+fn check_name(name: &str) -> Result<String, String> {
+    let n = name.trim_end_matches('.').to_ascii_lowercase();
+    if n.is_empty() {
+        return Err("an empty name".into());
+    }
+    if n.len() > 253 {
+        return Err("longer than 253 characters".into());
+    }
+    let bracketed = n.starts_with('[') && n.ends_with(']');
+    let ok = n.chars().all(|c| {
+        c.is_ascii_alphanumeric()
+            || matches!(c, '-' | '.' | '_')
+            || (bracketed && "[]:".contains(c))
+    });
+    if !ok {
+        return Err("not a host name (letters, digits, '-', '_' and '.'; '*.' only at the start; a port is not part of it)".into());
+    }
+    if n.split('.').any(str::is_empty) && !bracketed {
+        return Err("an empty label".into());
+    }
+    Ok(n)
+}
+
+/// A request's `Host` (or `:authority`) as routes see it: lowercase, without the port
+/// and a trailing dot. `[::1]:8080` gives `[::1]`.
+pub fn normalize_host(host: &str) -> Cow<'_, str> {
+    let h = host.trim();
+    let h = if h.starts_with('[') {
+        match h.find(']') {
+            Some(end) => &h[..=end],
+            None => h,
+        }
+    } else {
+        match h.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => h,
+        }
+    };
+    let h = h.trim_end_matches('.');
+    if h.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(h.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(h)
+    }
+}
+
+/// One service's claim: hosts and path prefixes (every host with every prefix).
+#[derive(Clone, Debug)]
+pub struct RouteSpec {
+    pub service: String,
+    pub hosts: Vec<HostPattern>,
+    /// Path prefixes, each starting with `/`; `["/"]` when the service gave none.
+    pub paths: Vec<String>,
+}
+
+/// Why a set of routes was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("service {service:?}: path {path:?} does not start with '/'")]
+    BadPath { service: String, path: String },
+    #[error(
+        "service {later:?} claims host {host} path {path} already routed to service {first:?}"
+    )]
+    Conflict {
+        host: String,
+        path: String,
+        first: String,
+        later: String,
+    },
+}
+
+/// The path elements of a prefix or a request path: `/a//b/` → `a`, `b`.
+fn elements(path: &str) -> impl Iterator<Item = &str> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').filter(|e| !e.is_empty())
+}
+
+/// A tree of path elements: the service at each prefix that has one.
+#[derive(Debug, Default)]
+struct PathTree {
+    service: Option<usize>,
+    children: HashMap<Box<str>, PathTree>,
+}
+
+impl PathTree {
+    /// Claim `prefix` for `service`; the service already there if it is taken.
+    fn insert(&mut self, prefix: &str, service: usize) -> Result<(), usize> {
+        let mut node = self;
+        for e in elements(prefix) {
+            node = node.children.entry(e.into()).or_default();
+        }
+        match node.service {
+            Some(first) if first != service => Err(first),
+            _ => {
+                node.service = Some(service);
+                Ok(())
+            }
+        }
+    }
+
+    /// The service of the longest prefix of `path`.
+    fn longest(&self, path: &str) -> Option<usize> {
+        let mut node = self;
+        let mut best = node.service;
+        for e in elements(path) {
+            match node.children.get(e) {
+                Some(next) => {
+                    node = next;
+                    best = node.service.or(best);
+                }
+                None => break,
+            }
+        }
+        best
+    }
+}
+
+/// Every route of a balancer, ready for lookups.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    services: Vec<String>,
+    exact: HashMap<String, PathTree>,
+    wildcard: HashMap<String, PathTree>,
+    regex: Vec<(Regex, PathTree)>,
+    any: PathTree,
+    routes: usize,
+}
+
+impl RouteTable {
+    /// Build the table from every service's claims, in order. Every problem is
+    /// returned (a path without its `/`, each conflict), and nothing is built then.
+    pub fn new(specs: &[RouteSpec]) -> Result<RouteTable, Vec<RouteError>> {
+        let mut t = RouteTable::default();
+        let mut errors = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for spec in specs {
+            let s = *index.entry(spec.service.as_str()).or_insert_with(|| {
+                t.services.push(spec.service.clone());
+                t.services.len() - 1
+            });
+            let default_paths = ["/".to_string()];
+            let paths = if spec.paths.is_empty() {
+                &default_paths[..]
+            } else {
+                &spec.paths[..]
+            };
+            for path in paths {
+                if !path.starts_with('/') {
+                    errors.push(RouteError::BadPath {
+                        service: spec.service.clone(),
+                        path: path.clone(),
+                    });
+                    continue;
+                }
+                for host in &spec.hosts {
+                    let tree = match host {
+                        HostPattern::Any => &mut t.any,
+                        HostPattern::Exact(h) => t.exact.entry(h.clone()).or_default(),
+                        HostPattern::Wildcard(h) => t.wildcard.entry(h.clone()).or_default(),
+                        HostPattern::Regex(r) => {
+                            match t.regex.iter().position(|(x, _)| x.as_str() == r.as_str()) {
+                                Some(i) => &mut t.regex[i].1,
+                                None => {
+                                    t.regex.push((r.clone(), PathTree::default()));
+                                    &mut t.regex.last_mut().expect("just pushed").1
+                                }
+                            }
+                        }
+                    };
+                    match tree.insert(path, s) {
+                        Ok(()) => t.routes += 1,
+                        Err(first) => errors.push(RouteError::Conflict {
+                            host: host.key(),
+                            path: path.clone(),
+                            first: t.services[first].clone(),
+                            later: spec.service.clone(),
+                        }),
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(t)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// How many (host, path) routes the table holds.
+    pub fn len(&self) -> usize {
+        self.routes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.routes == 0
+    }
+
+    /// The service for a request to `host` (a `Host` header as sent: any case, with a
+    /// port or not) and `path` (with its query or not); `None`: no route (a 404).
+    pub fn lookup(&self, host: &str, path: &str) -> Option<&str> {
+        let host = normalize_host(host);
+        self.lookup_normalized(&host, path)
+            .map(|i| self.services[i].as_str())
+    }
+
+    fn lookup_normalized(&self, host: &str, path: &str) -> Option<usize> {
+        if let Some(s) = self.exact.get(host).and_then(|t| t.longest(path)) {
+            return Some(s);
+        }
+        if !self.wildcard.is_empty() {
+            // The parent names of `host`, longest first: a.b.example.com gives
+            // b.example.com, then example.com, then com.
+            let mut rest = host;
+            while let Some((_, parent)) = rest.split_once('.') {
+                if let Some(s) = self.wildcard.get(parent).and_then(|t| t.longest(path)) {
+                    return Some(s);
+                }
+                rest = parent;
+            }
+        }
+        for (re, tree) in &self.regex {
+            if re.is_match(host) {
+                if let Some(s) = tree.longest(path) {
+                    return Some(s);
+                }
+            }
+        }
+        self.any.longest(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(service: &str, hosts: &[&str], paths: &[&str]) -> RouteSpec {
+        RouteSpec {
+            service: service.into(),
+            hosts: hosts
+                .iter()
+                .map(|h| HostPattern::parse(h).unwrap())
+                .collect(),
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn hosts_are_matched_without_case_port_or_trailing_dot() {
+        assert_eq!(normalize_host("Shop.Example.COM:8080"), "shop.example.com");
+        assert_eq!(normalize_host("shop.example.com."), "shop.example.com");
+        assert_eq!(normalize_host("[::1]:8443"), "[::1]");
+        assert_eq!(normalize_host("10.0.0.1"), "10.0.0.1");
+        let t = RouteTable::new(&[spec("shop", &["shop.example.com"], &[])]).unwrap();
+        assert_eq!(t.lookup("SHOP.example.com:80", "/cart"), Some("shop"));
+        assert_eq!(t.lookup("shop.example.com.", "/"), Some("shop"));
+        assert_eq!(t.lookup("other.example.com", "/"), None, "no route: a 404");
+    }
+
+    #[test]
+    fn the_most_specific_host_with_a_matching_path_wins_then_the_longest_prefix() {
+        let t = RouteTable::new(&[
+            spec("api-v2", &["api.example.com"], &["/v2"]),
+            spec("api", &["api.example.com"], &["/"]),
+            spec("domain", &["*.example.com"], &[]),
+            spec("deep", &["*.eu.example.com"], &[]),
+            spec("numbered", &["~^shop-[0-9]+\\."], &[]),
+            spec("default", &["*"], &[]),
+            spec("static", &["*"], &["/static"]),
+        ])
+        .unwrap();
+        assert_eq!(t.len(), 7);
+        assert_eq!(t.lookup("api.example.com", "/v2/items?x=1"), Some("api-v2"));
+        assert_eq!(t.lookup("api.example.com", "/v2"), Some("api-v2"));
+        assert_eq!(
+            t.lookup("api.example.com", "/v2x"),
+            Some("api"),
+            "element-wise"
+        );
+        assert_eq!(t.lookup("api.example.com", "/v1"), Some("api"));
+        assert_eq!(t.lookup("www.example.com", "/"), Some("domain"));
+        assert_eq!(
+            t.lookup("a.b.example.com", "/"),
+            Some("domain"),
+            "any depth"
+        );
+        assert_eq!(
+            t.lookup("x.eu.example.com", "/"),
+            Some("deep"),
+            "the longest wildcard"
+        );
+        assert_eq!(
+            t.lookup("example.com", "/"),
+            Some("default"),
+            "not the name itself"
+        );
+        assert_eq!(t.lookup("SHOP-12.shop.net", "/"), Some("numbered"));
+        assert_eq!(t.lookup("shop-x.shop.net", "/static/a.css"), Some("static"));
+        assert_eq!(t.lookup("shop-x.shop.net", "/index"), Some("default"));
+    }
+
+    #[test]
+    fn a_host_whose_paths_do_not_match_falls_through_to_less_specific_hosts() {
+        let t = RouteTable::new(&[
+            spec("admin", &["app.example.com"], &["/admin"]),
+            spec("domain", &["*.example.com"], &[]),
+        ])
+        .unwrap();
+        assert_eq!(t.lookup("app.example.com", "/admin/users"), Some("admin"));
+        assert_eq!(t.lookup("app.example.com", "/"), Some("domain"));
+        let none = RouteTable::new(&[spec("admin", &["app.example.com"], &["/admin"])]).unwrap();
+        assert_eq!(none.lookup("app.example.com", "/"), None);
+    }
+
+    #[test]
+    fn a_conflict_names_both_services_and_builds_nothing() {
+        let errors = RouteTable::new(&[
+            spec("catalog", &["shop.example.com"], &["/catalog"]),
+            spec("catalog-old", &["SHOP.example.com"], &["/catalog/"]),
+            spec("x", &["shop.example.com"], &["catalog"]),
+            // The same service twice is no conflict.
+            spec("catalog", &["shop.example.com"], &["/catalog"]),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            errors,
+            vec![
+                RouteError::Conflict {
+                    host: "shop.example.com".into(),
+                    path: "/catalog/".into(),
+                    first: "catalog".into(),
+                    later: "catalog-old".into(),
+                },
+                RouteError::BadPath {
+                    service: "x".into(),
+                    path: "catalog".into(),
+                },
+            ]
+        );
+        assert!(
+            errors[0].to_string().contains("\"catalog\""),
+            "{}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn bad_host_patterns_are_refused_with_the_reason() {
+        for bad in [
+            "",
+            "shop example.com",
+            "shop.example.com:80",
+            "a..b",
+            "*.",
+            "~",
+            "~(",
+            "a/b",
+            "*x.com",
+        ] {
+            let e = HostPattern::parse(bad).unwrap_err();
+            assert!(e.contains("host"), "{bad:?}: {e}");
+        }
+        assert!(matches!(HostPattern::parse("*").unwrap(), HostPattern::Any));
+        assert!(matches!(
+            HostPattern::parse("[::1]").unwrap(),
+            HostPattern::Exact(_)
+        ));
+        assert_eq!(
+            HostPattern::parse("*.Example.com").unwrap().key(),
+            "*.example.com"
+        );
+    }
+
+    #[test]
+    fn ten_thousand_routes_are_found_as_one() {
+        let specs: Vec<RouteSpec> = (0..10_000)
+            .map(|i| {
+                spec(
+                    &format!("s{i}"),
+                    &[&format!("app{i}.example.com")],
+                    &["/", "/api"],
+                )
+            })
+            .chain([spec("wild", &["*.apps.example.com"], &[])])
+            .collect();
+        let t = RouteTable::new(&specs).unwrap();
+        assert_eq!(t.len(), 20_001);
+        assert_eq!(t.lookup("app9999.example.com", "/api/x"), Some("s9999"));
+        assert_eq!(t.lookup("app0.example.com", "/"), Some("s0"));
+        assert_eq!(t.lookup("x.apps.example.com", "/"), Some("wild"));
+        assert_eq!(t.lookup("app10000.example.com", "/"), None);
+    }
+}
