@@ -349,10 +349,8 @@ mod tests {
         "n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11",
     ];
 
-    #[tokio::test(start_paused = true)]
-    async fn a_flood_of_deaths_is_taken_a_window_at_a_time() {
-        // Twelve live peers; then all but n0 fall silent at once (this balancer's
-        // gossip backlog unread, say). A quarter of twelve may die per window of 2 s.
+    /// Twelve peers seen live for three rounds; the next heartbeat to send.
+    async fn twelve_live() -> (Liveness<&'static str>, u64) {
         let mut l = Liveness::new(T, P);
         let mut hb = 1;
         for _ in 0..3 {
@@ -361,6 +359,14 @@ mod tests {
             hb += 1;
             tokio::time::advance(P).await;
         }
+        (l, hb)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_deaths_is_taken_a_window_at_a_time() {
+        // Twelve live peers; then all but n0 fall silent at once (this balancer's
+        // gossip backlog unread, say). A quarter of twelve may die per window of 2 s.
+        let (mut l, mut hb) = twelve_live().await;
         assert!(NAMES.iter().all(|n| l.is_live(n)));
         let frozen = hb - 1;
         let live_count = |l: &Liveness<&str>| NAMES.iter().filter(|n| l.is_live(n)).count();
@@ -387,14 +393,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn held_peers_that_speak_again_never_died() {
-        let mut l = Liveness::new(T, P);
-        let mut hb = 1;
-        for _ in 0..3 {
-            let beats: Vec<_> = NAMES.iter().map(|n| (*n, hb)).collect();
-            round(&mut l, &beats);
-            hb += 1;
-            tokio::time::advance(P).await;
-        }
+        let (mut l, hb) = twelve_live().await;
         // Everybody silent for 2.4 s: three die (a quarter of twelve), the rest are
         // held.
         for _ in 0..12 {

@@ -3,7 +3,8 @@
 //! gossiped loads and calls the broker; manual scale events; its report for `status`.
 //!
 //! The acting role is fenced (`gearlb_core::scaler::fence`): the loop turns at least
-//! every [`FENCE_TICK`] while elected or acting ([`QUIET_TICK`] otherwise), and on every turn and right before every call to the broker
+//! every [`FENCE_TICK`] while elected, acting or next in line ([`QUIET_TICK`]
+//! otherwise), and on every turn and right before every call to the broker
 //! it checks on a monotonic clock that it was not stopped or starved, that a majority
 //! was heard from since it resumed, and that no other balancer claims the role; it
 //! stands down otherwise, and says why in the log. A balancer takes over only once the
@@ -75,13 +76,14 @@ pub struct ScalerReport {
     pub checks: u64,
 }
 
-/// How often the scaler's loop turns at least while this balancer is elected or acts
-/// (its fence's tick): a turn that comes much later than this shows a stall.
+/// How often the scaler's loop turns at least while this balancer is elected, acts, or
+/// is next in line (its fence's tick): a turn that comes much later than this shows a
+/// stall, and a balancer that takes over must have run on time for a while before.
 pub const FENCE_TICK: Duration = Duration::from_millis(100);
 
 /// How often it turns otherwise (at most two fifths of the fence's longest gap):
 /// nothing to fence, but its stall detection stays on, so that it knows when it last
-/// resumed should it be elected. A change of the view turns it at once either way.
+/// resumed should it come to be elected. A change of the view turns it at once.
 pub const QUIET_TICK: Duration = Duration::from_millis(200);
 
 /// The scaler of this balancer.
@@ -180,7 +182,49 @@ impl Scaler {
         names: &HashMap<String, String>,
         acting: bool,
     ) -> Election {
+        let cands = self.candidates(view, names, acting);
+        self.elect_among(&cands, view, acting)
+    }
+
+    /// Whether this balancer would be elected should the scaler `e` elected die: the
+    /// one that takes over, whose loop turns as often as the scaler's meanwhile.
+    fn next_in_line(
+        &self,
+        view: &ClusterView,
+        names: &HashMap<String, String>,
+        e: &Election,
+    ) -> bool {
+        let Some(scaler) = e.scaler.as_deref().filter(|s| *s != self.self_id) else {
+            return false;
+        };
+        let mut cands = self.candidates(view, names, false);
+        for c in cands.iter_mut().filter(|c| c.id == scaler) {
+            c.live = false;
+            c.fresh = false;
+            c.acting = false;
+        }
+        self.elect_among(&cands, view, false).scaler.as_deref() == Some(self.self_id.as_str())
+    }
+
+    fn elect_among(&self, cands: &[Candidate], view: &ClusterView, acting: bool) -> Election {
         let s = self.settings.load();
+        elect(
+            &self.self_id,
+            cands,
+            view.known_count,
+            s.preferred.as_deref(),
+            s.app_name.as_deref(),
+            acting,
+        )
+    }
+
+    /// This balancer and every known or live peer, as the election sees them.
+    fn candidates(
+        &self,
+        view: &ClusterView,
+        names: &HashMap<String, String>,
+        acting: bool,
+    ) -> Vec<Candidate> {
         let mut cands = vec![Candidate {
             id: self.self_id.clone(),
             name: names.get(&self.self_id).cloned(),
@@ -201,14 +245,7 @@ impl Scaler {
                 }
             }
         }
-        elect(
-            &self.self_id,
-            &cands,
-            view.known_count,
-            s.preferred.as_deref(),
-            s.app_name.as_deref(),
-            acting,
-        )
+        cands
     }
 
     /// Elect on every change of the view, decide every `scaler.check_interval` while
@@ -250,6 +287,8 @@ impl Scaler {
             .map_or(Duration::from_secs(2), |c| c.liveness_window());
         let mut fence = Fence::new(FENCE_TICK, liveness);
         let mut next_turn = tokio::time::Instant::now() + FENCE_TICK;
+        // Next in line should the scaler die: turns as often as the scaler.
+        let mut standby = false;
         // At most two fifths of the fence's longest gap (short liveness windows), so a
         // standby tolerates as much lateness as it did at 100 ms less a turn.
         let quiet_tick = QUIET_TICK.min(fence.max_gap * 2 / 5).max(FENCE_TICK);
@@ -293,6 +332,7 @@ impl Scaler {
                     }
                 }
                 e = self.election(&view, &names, was_acting);
+                standby = self.next_in_line(&view, &names, &e);
                 if last_belief != e.scaler {
                     info!(scaler = %e.scaler.as_deref().unwrap_or_default(), acting = e.acts, live = e.live, known = e.known, "scaler elected");
                     if let Some(c) = &cluster {
@@ -322,7 +362,7 @@ impl Scaler {
                 self.set_acting(&cluster, &e, acts, fenced.err()).await;
             }
             next_turn = tokio::time::Instant::now()
-                + if e.acts || acts {
+                + if e.acts || acts || standby {
                     FENCE_TICK
                 } else {
                     quiet_tick

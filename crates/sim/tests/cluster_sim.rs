@@ -118,14 +118,7 @@ async fn health_found_by_covering_balancers_reaches_the_others() {
 /// takes over within 3 s, and after the heal the best-ranked balancer acts again.
 #[tokio::test(start_paused = true)]
 async fn one_acting_scaler_at_every_instant_through_partition_and_heal() {
-    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
-    sim.wait_until(Duration::from_secs(10), |s| s.converged())
-        .await
-        .expect("converged");
-    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
-        .await
-        .expect("one acting scaler");
-    let first = sim.acting()[0];
+    let (sim, first) = five_with_one_scaler().await;
     let other = (first + 1) % 5;
     let minority = [first, other];
     let majority: Vec<usize> = (0..5).filter(|i| !minority.contains(i)).collect();
@@ -171,6 +164,19 @@ async fn one_acting_scaler_at_every_instant_through_partition_and_heal() {
 
 /// Sample the acting scalers every millisecond of virtual time for `d`: never two at
 /// once. Returns the balancers seen acting, in order of first sight.
+/// Five balancers, converged, one of them acting as the scaler (its index).
+async fn five_with_one_scaler() -> (Sim, usize) {
+    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
+    sim.wait_until(Duration::from_secs(10), |s| s.converged())
+        .await
+        .expect("converged");
+    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
+        .await
+        .expect("one acting scaler");
+    let acting = sim.acting()[0];
+    (sim, acting)
+}
+
 async fn never_two_acting(sim: &Sim, d: Duration, what: &str) -> Vec<usize> {
     let t = tokio::time::Instant::now();
     let mut seen = Vec::new();
@@ -235,14 +241,7 @@ async fn a_stalled_scaler_never_acts_beside_its_successor() {
 /// cluster converges with one scaler.
 #[tokio::test(start_paused = true)]
 async fn a_starved_scaler_never_acts_beside_another() {
-    let sim = Sim::start(config(5, 20, 100)).await.unwrap();
-    sim.wait_until(Duration::from_secs(10), |s| s.converged())
-        .await
-        .expect("converged");
-    sim.wait_until(Duration::from_secs(10), |s| s.acting().len() == 1)
-        .await
-        .expect("one acting scaler");
-    let starved = sim.acting()[0];
+    let (sim, starved) = five_with_one_scaler().await;
     let since = sim.t0.elapsed();
     sim.starve_process(starved, Duration::from_millis(40), Duration::from_secs(20));
     never_two_acting(&sim, Duration::from_secs(20), "the starvation").await;
