@@ -357,16 +357,25 @@ def main():
         result["failover_s"] = fo
         result["loadavg_end"] = os.getloadavg()[0]
     finally:
-        for lb in lbs:
-            lb.stop()
-        if os.environ.get("KEEP") is None:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"  logs kept in {root}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        stop_all(lbs, root)
+    write_json(args.json, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rotate_out_s",)}))
+
+
+def stop_all(lbs, root):
+    """Kill every balancer; remove their directory unless KEEP is set."""
+    for lb in lbs:
+        lb.stop()
+    if os.environ.get("KEEP") is None:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"  logs kept in {root}")
+
+
+def write_json(path, result):
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 class ActingSampler:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,16 +196,9 @@ def main():
     finally:
         if sampler is not None:
             sampler.stop.set()
-        for lb in lbs:
-            lb.stop()
+        c.stop_all(lbs, root)
         teardown()
-        if os.environ.get("KEEP") is None:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"  logs kept in {root}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    c.write_json(args.json, result)
 
 
 if __name__ == "__main__":
