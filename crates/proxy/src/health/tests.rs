@@ -237,7 +237,9 @@ async fn down_within_fall_intervals_up_within_rise_intervals() {
     tokio::time::sleep(interval * 3).await;
     assert_eq!(state(&router), BackendState::Up);
 
-    // The gear dies: down within fall × interval.
+    // The gear dies, half an interval after a check (a check at the very instant of
+    // the change could run before or after it): down within fall × interval.
+    tokio::time::sleep(interval / 2).await;
     healthy.store(false, Ordering::Relaxed);
     let died = Instant::now();
     while state(&router) == BackendState::Up {
@@ -251,7 +253,8 @@ async fn down_within_fall_intervals_up_within_rise_intervals() {
         "one failed check must not be enough ({took:?})"
     );
 
-    // It comes back: up within rise × interval.
+    // It comes back (again between two checks): up within rise × interval.
+    tokio::time::sleep(interval / 2).await;
     healthy.store(true, Ordering::Relaxed);
     let back = Instant::now();
     while state(&router) == BackendState::Down {
