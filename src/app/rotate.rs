@@ -17,7 +17,6 @@ use crate::control::{self, Reply};
 use crate::gear;
 use crate::rotation::complete::{self, Command, Peer, Seen, Waiting};
 use crate::rotation::Op;
-use gearlb_core::rotation::register::Ack;
 
 impl App {
     /// The gear a rotate command names: its sticky label. GEAR may be the server name
@@ -202,27 +201,23 @@ impl App {
             let in_force = self.rotations.ops().get(&label).cloned();
             let own = self.rotations.acks().get(&label).cloned();
             // Each peer's acknowledgment from gossip or, sooner, from its note.
-            let direct: Vec<Option<Ack>> = view
-                .peers
-                .iter()
-                .map(|p| {
-                    let id = p.id.as_deref()?;
-                    self.cluster.as_ref()?.direct_ack(id, &label)
-                })
-                .collect();
+            let direct = self
+                .cluster
+                .as_ref()
+                .map(|c| c.direct_acks(&label))
+                .unwrap_or_default();
             let done = complete::done_state(op);
             let peers: Vec<Peer<'_>> = view
                 .peers
                 .iter()
-                .zip(&direct)
-                .map(|(p, direct)| Peer {
+                .map(|p| Peer {
                     id: p.id.as_deref(),
                     live: p.live,
                     ack: complete::newest_ack(
                         p.id.as_ref()
                             .and_then(|id| view.acks.get(id))
                             .and_then(|m| m.get(&label)),
-                        direct.as_ref(),
+                        p.id.as_ref().and_then(|id| direct.get(id)),
                         &waiting.epoch,
                         done,
                     ),

@@ -76,7 +76,7 @@ pub struct Liveness<K> {
     news: bool,
     /// Total time this balancer's own checks ran late (for reports).
     pub stalled: Duration,
-    /// Death verdicts held back so far, one per peer and sweep (for reports).
+    /// Death verdicts held back so far, one per peer and sweep.
     pub held: u64,
 }
 

@@ -278,27 +278,29 @@ impl Cluster {
     /// (the simulator's transport), open a gossip exchange with it instead. False
     /// when `to` is not live.
     pub async fn send_ack(&self, to: &str, gear: &str, ack: &Ack) -> bool {
+        let Some(notes) = self.notes.get() else {
+            return self.push_to(to);
+        };
         let Some(addr) = self.view().addrs.get(to).copied() else {
             return false;
         };
-        match self.notes.get() {
-            Some(n) => {
-                let note = Note::Ack {
-                    from: self.self_id.clone(),
-                    gear: gear.to_string(),
-                    ack: ack.clone(),
-                };
-                n.send(addr, &note).await;
-                true
-            }
-            None => self.handle.gossip(addr).is_ok(),
-        }
+        let note = Note::Ack {
+            from: self.self_id.clone(),
+            gear: gear.to_string(),
+            ack: ack.clone(),
+        };
+        notes.send(addr, &note).await;
+        true
     }
 
-    /// The last acknowledgment of `gear` that `peer` sent here as a note.
-    pub fn direct_ack(&self, peer: &str, gear: &str) -> Option<Ack> {
-        let acks = self.direct_acks.lock().ok()?;
-        acks.get(peer)?.get(gear).cloned()
+    /// The last acknowledgment of `gear` each peer sent here as a note, by peer id.
+    pub fn direct_acks(&self, gear: &str) -> HashMap<String, Ack> {
+        let Ok(acks) = self.direct_acks.lock() else {
+            return HashMap::new();
+        };
+        acks.iter()
+            .filter_map(|(peer, a)| Some((peer.clone(), a.get(gear)?.clone())))
+            .collect()
     }
 
     /// Notified when a peer's acknowledgment arrives as a note.

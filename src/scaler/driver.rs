@@ -362,7 +362,7 @@ impl Scaler {
                 self.set_acting(&cluster, &e, acts, fenced.err()).await;
             }
             next_turn = tokio::time::Instant::now()
-                + if e.acts || acts || standby {
+                + if e.acts || standby {
                     FENCE_TICK
                 } else {
                     quiet_tick

@@ -57,9 +57,7 @@ impl Sim {
     /// its tasks runs, it neither sends nor receives, and when it resumes its clock has
     /// moved on by `d`.
     pub fn stall_process(&self, i: usize, d: Duration) {
-        let until = Instant::now() + d;
-        self.net.stall(self.nodes[i].addr, until);
-        self.nodes[i].gate.shut_until(until);
+        self.nodes[i].gate.shut_until(Instant::now() + d);
     }
 
     /// Starve balancer `i` for `d`: every event of its work (a poll of one of its

@@ -254,13 +254,15 @@ impl RouteTable {
                         HostPattern::Exact(h) => t.exact.entry(h.clone()).or_default(),
                         HostPattern::Wildcard(h) => t.wildcard.entry(h.clone()).or_default(),
                         HostPattern::Regex(r) => {
-                            match t.regex.iter().position(|(x, _)| x.as_str() == r.as_str()) {
-                                Some(i) => &mut t.regex[i].1,
+                            let i = match t.regex.iter().position(|(x, _)| x.as_str() == r.as_str())
+                            {
+                                Some(i) => i,
                                 None => {
                                     t.regex.push((r.clone(), PathTree::default()));
-                                    &mut t.regex.last_mut().expect("just pushed").1
+                                    t.regex.len() - 1
                                 }
-                            }
+                            };
+                            &mut t.regex[i].1
                         }
                     };
                     match tree.insert(path, s) {

@@ -216,14 +216,12 @@ fn greedy_sorting(bs: &[(&str, u64)], gs: &[&str], k: usize, head: usize) -> Opt
     // best `head` edges are sorted first (a partition, then a sort of that part), and
     // the rest only if it gets past them. It sees the edges in the full sort's order,
     // so the assignment is the same, for a fraction of the sorting.
-    let head = head.clamp(1, edges.len().max(1));
-    let mut sorted = head;
-    if head < edges.len() {
-        edges.select_nth_unstable_by(head - 1, order);
-        edges[..head].sort_unstable_by(order);
-    } else {
+    let mut sorted = head.min(edges.len());
+    if sorted == edges.len() {
         edges.sort_unstable_by(order);
-        sorted = edges.len();
+    } else if sorted > 0 {
+        edges.select_nth_unstable_by(sorted - 1, order);
+        edges[..sorted].sort_unstable_by(order);
     }
     let mut has = vec![false; m * n];
     let mut bcnt = vec![0usize; m];
