@@ -22,6 +22,8 @@ fn router(n: usize) -> Router {
                 addr: format!("127.0.0.1:{}", 20000 + i % 40000).parse().unwrap(),
                 gear_dns: None,
                 cookie: None,
+                backup: false,
+                max_connections: None,
             })
             .collect(),
     );

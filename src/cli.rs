@@ -7,7 +7,6 @@
 //! `control.socket`). Exit codes: 0 ok, 1 failure, 22 invalid `update-cluster` entries,
 //! 64 configuration or usage error, 69 balancer not reachable, 77 caller not allowed.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
@@ -17,12 +16,13 @@ use tracing::{error, info, warn};
 
 use crate::app::Server;
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
-use crate::control::{self, Request};
 use crate::memory;
-use crate::report::StatusReport;
 
 /// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).
 pub const EXIT_UNAVAILABLE: i32 = 69;
+
+mod ctl;
+use ctl::ctl;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -166,6 +166,30 @@ pub enum CtlCommand {
     },
     /// Re-read the configuration file and environment without a restart.
     Reload,
+    /// Show the services: routes, where they came from, backends.
+    Services {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Announce an instance of a service (or renew its lease): it takes requests until
+    /// it deregisters or its lease lapses.
+    Register {
+        service: String,
+        backend: String,
+        /// `host:port` the instance serves on.
+        addr: String,
+        /// Lease (default discovery.ttl); register again before it lapses.
+        #[arg(long)]
+        ttl: Option<String>,
+        /// A host the service answers for (first instance of a new service); repeat.
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// A path prefix of the service (default /); repeat.
+        #[arg(long = "path")]
+        paths: Vec<String>,
+    },
+    /// Take an instance out: it drains, then goes.
+    Deregister { service: String, backend: String },
 }
 
 /// Parse arguments, run, and return the process exit code. `release` returns the calling
@@ -416,180 +440,4 @@ fn demo() -> i32 {
             }
         }
     })
-}
-
-fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand) -> i32 {
-    let socket = match socket {
-        Some(s) => s,
-        None => match load_config(config_flag) {
-            Ok(c) => c.control.socket,
-            Err(code) => {
-                eprintln!("gearlb: give --socket, or a valid --config to find the control socket");
-                return code;
-            }
-        },
-    };
-    let (request, json) = match command {
-        CtlCommand::Status { json } => (Request::Status, json),
-        CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
-        CtlCommand::Peers { json } => (Request::Peers, json),
-        CtlCommand::Scale { direction } => (Request::Scale { event: direction }, false),
-        CtlCommand::RotateOut {
-            gear,
-            timeout,
-            persist: _,
-            as_json,
-        } => {
-            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
-                None => None,
-                Some(Ok(d)) => Some(d.as_millis() as u64),
-                Some(Err(why)) => {
-                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
-                    return EXIT_CONFIG;
-                }
-            };
-            (
-                Request::Rotate {
-                    gear,
-                    op: crate::rotation::Op::Out,
-                    timeout_ms,
-                    node: false,
-                },
-                as_json,
-            )
-        }
-        CtlCommand::RotateIn {
-            gear,
-            persist: _,
-            as_json,
-        } => (
-            Request::Rotate {
-                gear,
-                op: crate::rotation::Op::In,
-                timeout_ms: None,
-                node: false,
-            },
-            as_json,
-        ),
-        CtlCommand::SetPeers { entries } => (Request::SetPeers { args: entries }, false),
-        CtlCommand::Reload => {
-            // The daemon re-reads its file with the caller's gear environment.
-            let env: BTreeMap<String, String> = std::env::vars()
-                .filter(|(k, _)| k.starts_with("OPENSHIFT_") || k.starts_with("GEARLB_"))
-                .collect();
-            (Request::Reload { env }, false)
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gearlb: {e}");
-            return 1;
-        }
-    };
-    // Progress on stderr: a live line on a terminal, one line per change otherwise.
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut shown = false;
-    let on_progress = |line: &str| {
-        if tty {
-            eprint!("\r\x1b[K{line}");
-            shown = true;
-        } else {
-            eprintln!("{line}");
-        }
-    };
-    let result = rt.block_on(control::call_with_progress(&socket, &request, on_progress));
-    if shown {
-        eprintln!();
-    }
-    let reply = match result {
-        Ok(r) => r,
-        Err(control::ClientError::Connect { path, source })
-            if source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            eprintln!(
-                "gearlb: permission denied: {} belongs to another user (only the balancer's own user or root may control it)",
-                path.display()
-            );
-            return control::EXIT_REFUSED;
-        }
-        Err(e @ control::ClientError::Connect { .. }) => {
-            eprintln!("gearlb: {e}");
-            return EXIT_UNAVAILABLE;
-        }
-        Err(e) => {
-            eprintln!("gearlb: {e}");
-            return 1;
-        }
-    };
-    match request {
-        Request::Status if reply.exit_code == 0 => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
-                );
-            } else {
-                match serde_json::from_value::<StatusReport>(reply.data) {
-                    Ok(r) => print!("{}", r.to_text()),
-                    Err(e) => {
-                        eprintln!("gearlb: unexpected status report: {e}");
-                        return 1;
-                    }
-                }
-            }
-        }
-        Request::Rotate { .. } if !reply.data.is_null() => {
-            if json {
-                println!("{}", serde_json::to_string(&reply.data).unwrap_or_default());
-            } else {
-                println!("{}", reply.message);
-                if let Some(results) = reply.data["proxy_results"].as_object() {
-                    for (proxy, r) in results {
-                        let notes: Vec<&str> = r["messages"]
-                            .as_array()
-                            .into_iter()
-                            .chain(r["errors"].as_array())
-                            .flatten()
-                            .filter_map(|v| v.as_str())
-                            .collect();
-                        println!(
-                            "  {proxy:<38} {:<12} {}",
-                            r["status"].as_str().unwrap_or(""),
-                            notes.join("; ")
-                        );
-                    }
-                }
-            }
-        }
-        Request::Peers if reply.exit_code == 0 => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
-                );
-            } else {
-                match serde_json::from_value::<crate::cluster::ClusterView>(reply.data) {
-                    Ok(v) => print!("{}", v.to_text()),
-                    Err(e) => {
-                        eprintln!("gearlb: unexpected cluster view: {e}");
-                        return 1;
-                    }
-                }
-            }
-        }
-        _ => {
-            if !reply.message.is_empty() {
-                if reply.exit_code == 0 {
-                    println!("{}", reply.message);
-                } else {
-                    eprintln!("{}", reply.message);
-                }
-            }
-        }
-    }
-    reply.exit_code
 }

@@ -64,6 +64,26 @@ pub enum Request {
     Reload {
         env: BTreeMap<String, String>,
     },
+    /// The services, their routes and backends.
+    Services,
+    /// An instance of a service announces itself (or renews its lease).
+    Register {
+        service: String,
+        backend: String,
+        addr: String,
+        #[serde(default)]
+        hosts: Vec<String>,
+        #[serde(default)]
+        paths: Vec<String>,
+        /// Lease, milliseconds; default `discovery.ttl`.
+        #[serde(default)]
+        ttl_ms: Option<u64>,
+    },
+    /// An instance leaves: it drains, then goes.
+    Deregister {
+        service: String,
+        backend: String,
+    },
 }
 
 /// The balancer's answer.

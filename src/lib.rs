@@ -66,6 +66,7 @@ pub mod metrics;
 pub mod report;
 pub mod rotation;
 pub mod scaler;
+pub mod services;
 pub mod state;
 pub mod status;
 

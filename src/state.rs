@@ -340,6 +340,8 @@ mod tests {
                     addr: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
                     gear_dns: Some(format!("web{i}-ns.example.com")),
                     cookie: None,
+                    backup: false,
+                    max_connections: None,
                 })
                 .collect(),
             peers: Vec::new(),

@@ -52,6 +52,8 @@ impl App {
                 addr: e.addr.clone(),
                 gear_dns: Some(e.gear_dns.clone()),
                 cookie: None,
+                backup: false,
+                max_connections: None,
             })
             .collect();
         // A gear whose entry was malformed keeps its current address rather than being
@@ -289,6 +291,7 @@ impl App {
         }
         self.health
             .store(Arc::new(HealthSettings::from_config(&new.health)));
+        self.services.apply(&applied).await;
         self.coverage.store(new.subset.coverage, Ordering::Relaxed);
         self.scaler.settings.store(Arc::new(scaler_settings(&new)));
         self.frontend.set_average_window(new.scaler.average_window);
@@ -429,6 +432,35 @@ impl control::Handler for App {
             Request::Reload { env } => {
                 let env: HashMap<String, String> = env.into_iter().collect();
                 self.reload(&env).await
+            }
+            Request::Services => {
+                let report = self.services.report().await;
+                Reply::ok("", serde_json::to_value(report).unwrap_or_default())
+            }
+            Request::Register {
+                service,
+                backend,
+                addr,
+                hosts,
+                paths,
+                ttl_ms,
+            } => {
+                let default_ttl = self.config.lock().await.discovery.ttl;
+                let ttl = ttl_ms.map(Duration::from_millis).unwrap_or(default_ttl);
+                let reg = crate::services::registration(service, backend, &addr, hosts, paths, ttl);
+                match reg {
+                    Err(why) => Reply::error(EXIT_CONFIG, why),
+                    Ok(reg) => match self.services.register(reg, ttl).await {
+                        Ok(m) => Reply::ok(m, serde_json::Value::Null),
+                        Err(why) => Reply::error(1, why),
+                    },
+                }
+            }
+            Request::Deregister { service, backend } => {
+                match self.services.deregister(&service, &backend).await {
+                    Ok(m) => Reply::ok(m, serde_json::Value::Null),
+                    Err(why) => Reply::error(1, why),
+                }
             }
         }
     }

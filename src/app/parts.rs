@@ -38,6 +38,8 @@ pub struct App {
     pub(super) rotations: Arc<Rotations>,
     pub(super) scaler: Arc<Scaler>,
     pub(super) proxy: Arc<ProxyCtx>,
+    /// The services beside the default one (routes, own listeners, registrations).
+    pub(super) services: Arc<crate::services::ServiceSet>,
     pub(super) frontend: Arc<FrontendStats>,
     pub(super) health: Arc<ArcSwap<HealthSettings>>,
     /// Passive ejections from the request path, until the health supervisor takes them.
@@ -119,6 +121,8 @@ pub(super) fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
             addr: b.addr.clone(),
             gear_dns: None,
             cookie: None,
+            backup: false,
+            max_connections: None,
         })
         .collect();
     if let Some(l) = local_gear_spec(cfg) {
@@ -138,6 +142,8 @@ pub(super) fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
         addr,
         gear_dns: cfg.gear.dns.clone(),
         cookie,
+        backup: false,
+        max_connections: None,
     })
 }
 

@@ -124,6 +124,10 @@ impl StatusSource for App {
         self.router.load().can_serve()
     }
 
+    fn service_healthy(&self, name: &str) -> Option<bool> {
+        self.services.healthy(name)
+    }
+
     fn metrics(&self) -> Result<String, std::fmt::Error> {
         self.seen.metrics.encode()
     }

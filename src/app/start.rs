@@ -319,13 +319,16 @@ pub(super) fn assemble(
         metrics,
         rotation_counters,
     };
+    let proxy = Arc::new(proxy);
+    let services = Arc::new(crate::services::ServiceSet::new(proxy.clone(), &cfg));
     Ok(Arc::new(App {
+        services,
         id: Identity::of(&cfg, self_id),
         router,
         cluster,
         rotations,
         scaler,
-        proxy: Arc::new(proxy),
+        proxy,
         frontend,
         health: Arc::new(ArcSwap::from_pointee(HealthSettings::from_config(
             &cfg.health,

@@ -75,6 +75,19 @@ impl Server {
         }
         let max_connections = cfg.limits.max_connections;
         let app = assemble(cfg, &listeners, router, cluster, rotations, saved)?;
+        // The configuration's services, with their own listeners: one that cannot be
+        // served stops the start, as listen.proxy would.
+        {
+            let cfg = app.config.lock().await;
+            app.services.apply(&cfg).await;
+        }
+        let refused = app.services.report().await.refused;
+        if let Some(r) = refused
+            .iter()
+            .find(|r| r.origin == crate::services::sources::Origin::Config)
+        {
+            anyhow::bail!("service {:?} cannot be served: {}", r.service, r.why);
+        }
         if let Some(p) = restored.pending {
             app.apply_pending(p).await;
         }
@@ -198,6 +211,11 @@ impl Server {
                 )),
             )
         });
+        let services_task = tokio::spawn(app.services.clone().run());
+        let watch_task = app
+            .services
+            .dir()
+            .map(|dir| tokio::spawn(crate::services::watch_dir(app.services.clone(), dir)));
         let proxy_task = tokio::spawn(proxy::serve(
             self.proxy_listener,
             app.proxy.clone(),
@@ -238,6 +256,8 @@ impl Server {
         stop.cancelled().await;
         info!("stopping: no new connections; waiting for requests in flight");
         app.stopping.cancel();
+        let grace = app.config.lock().await.timeouts.shutdown_grace;
+        app.services.stop(grace).await;
         if let Some(t) = health_task {
             let _ = t.await;
         }
@@ -256,7 +276,10 @@ impl Server {
         let _ = stats_socket_task.await;
         let _ = sampler.await;
         tracker.close();
-        let grace = app.config.lock().await.timeouts.shutdown_grace;
+        let _ = services_task.await;
+        if let Some(t) = watch_task {
+            let _ = t.await;
+        }
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             warn!(
                 connections = tracker.len(),

@@ -231,6 +231,8 @@ mod tests {
             addr: "127.0.0.1:1".parse().unwrap(),
             gear_dns: Some(format!("{gear}.example.com")),
             cookie: None,
+            backup: false,
+            max_connections: None,
         }]);
         r
     }
@@ -299,6 +301,8 @@ mod tests {
             addr: "127.0.0.1:2".parse().unwrap(),
             gear_dns: Some("web1-ns.example.com".into()),
             cookie: None,
+            backup: false,
+            max_connections: None,
         }]);
         assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
         let i = rot.submit("web1-ns", Op::In, "lb2", Duration::ZERO);

@@ -147,6 +147,14 @@ fn route<S: StatusSource>(source: &S, req: &Request<Incoming>) -> Response<Full<
                 text(StatusCode::SERVICE_UNAVAILABLE, "no backend available\n")
             }
         }
+        path if path.starts_with("/health/") => match source.service_healthy(&path[8..]) {
+            Some(true) => text(StatusCode::OK, "1\n"),
+            Some(false) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no backend of this service is available\n",
+            ),
+            None => text(StatusCode::NOT_FOUND, "no such service\n"),
+        },
         "/gearlb-status.json" => match serde_json::to_vec_pretty(&source.report()) {
             Ok(body) => with_type(StatusCode::OK, body.into(), "application/json"),
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "report failed\n"),

@@ -13,6 +13,10 @@ pub trait StatusSource: Send + Sync + 'static {
     fn report(&self) -> StatusReport;
     /// True while at least one backend can take a request.
     fn healthy(&self) -> bool;
+    /// Whether the named service may take a request; `None`: no such service.
+    fn service_healthy(&self, _name: &str) -> Option<bool> {
+        None
+    }
     /// The Prometheus exposition ([`crate::metrics::Metrics::encode`]).
     fn metrics(&self) -> Result<String, std::fmt::Error>;
 }

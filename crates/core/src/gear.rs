@@ -52,6 +52,14 @@ impl Addr {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// The same host on another port (a health check's own port).
+    pub fn with_port(&self, port: u16) -> Addr {
+        Addr {
+            host: self.host.clone(),
+            port,
+        }
+    }
 }
 
 impl From<SocketAddr> for Addr {

@@ -13,6 +13,12 @@ use super::upstream::{self, SendError};
 pub(super) enum ForwardError {
     #[error("no backend available")]
     NoBackend,
+    /// No service's route matches the request's host and path.
+    #[error("no route for this host and path")]
+    NoRoute,
+    /// Every slot of the chosen backend stayed taken for the queue timeout.
+    #[error("no backend slot within {0:?}")]
+    QueueTimeout(Duration),
     #[error(transparent)]
     Connect(upstream::ConnectError),
     /// Sent (at least partly) and failed before a response head.
@@ -42,7 +48,10 @@ pub(super) enum ForwardError {
 impl ForwardError {
     fn status(&self) -> StatusCode {
         match self {
-            ForwardError::NoBackend => StatusCode::SERVICE_UNAVAILABLE,
+            ForwardError::NoBackend | ForwardError::QueueTimeout(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ForwardError::NoRoute => StatusCode::NOT_FOUND,
             ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -58,6 +67,10 @@ impl ForwardError {
             ForwardError::NoBackend => {
                 "503 Service Unavailable: no web gear is available to serve this request.\n"
             }
+            ForwardError::QueueTimeout(_) => {
+                "503 Service Unavailable: every server of this service stayed busy; try again.\n"
+            }
+            ForwardError::NoRoute => "404 Not Found: no service is routed at this host and path.\n",
             ForwardError::Connect(_) | ForwardError::Upstream(_) | ForwardError::BadResponse(_) => {
                 "502 Bad Gateway: the web gear did not answer properly.\n"
             }

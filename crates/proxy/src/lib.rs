@@ -61,6 +61,7 @@ mod listener;
 mod request;
 mod respond;
 pub mod router;
+pub mod services;
 mod session;
 mod shared;
 pub mod stats;

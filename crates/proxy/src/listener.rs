@@ -119,5 +119,14 @@ async fn sweep_pools(ctx: Arc<ProxyCtx>, shutdown: CancellationToken) {
         for t in ctx.router.load().targets() {
             t.pool.sweep(max_age);
         }
+        if let Some(services) = &*ctx.services.load() {
+            for s in services.services() {
+                if !Arc::ptr_eq(&s.router, &ctx.router) {
+                    for t in s.router.load().targets() {
+                        t.pool.sweep(max_age);
+                    }
+                }
+            }
+        }
     }
 }

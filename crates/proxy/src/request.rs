@@ -111,6 +111,31 @@ async fn forward(
     if let Some((status, why)) = forward::request_problem(&parts) {
         return Err((ForwardError::Refused(status, why), None));
     }
+    // Which service: a lookup only where the listener has several.
+    let service = match &*ctx.services.load() {
+        None => None,
+        Some(services) => {
+            let host = parts
+                .uri
+                .authority()
+                .map(|a| a.as_str())
+                .or_else(|| {
+                    parts
+                        .headers
+                        .get(header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                })
+                .unwrap_or_default();
+            match services.lookup(host, parts.uri.path()) {
+                Some(s) => Some(s.clone()),
+                None => return Err((ForwardError::NoRoute, None)),
+            }
+        }
+    };
+    let (router, settings, ejections) = match &service {
+        Some(s) => (&*s.router, &*s.settings, &s.ejections),
+        None => (&*ctx.router, settings, ctx.ejections()),
+    };
 
     // Sticky cookie: taken out of the request whatever it says, from every `Cookie`
     // field (HTTP/2 clients split them).
@@ -143,7 +168,7 @@ async fn forward(
     let pinned = match (sticky, cookie) {
         (Some(s), Some(raw)) => s
             .decode(&raw, now)
-            .and_then(|v| ctx.router.load().sticky_target(&v).cloned()),
+            .and_then(|v| router.load().sticky_target(&v).cloned()),
         _ => None,
     };
 
@@ -188,15 +213,20 @@ async fn forward(
     for attempt in 0..=settings.retries {
         let chosen = match (&pinned, attempt) {
             (Some(p), 0) => Some(p.clone()),
-            (None, 0) => ctx
-                .router
+            (None, 0) => router
                 .load()
                 .select_for(&conn.affinity, settings.connection_affinity)
                 .cloned(),
-            _ => ctx.router.load().select_excluding(&tried).cloned(),
+            _ => router.load().select_excluding(&tried).cloned(),
         };
         let Some(backend) = chosen else { break };
         last = Some(backend.clone());
+        if let Some(slots) = &backend.slots {
+            if !take_slot(slots, &backend, settings.queue_timeout).await {
+                return Err((ForwardError::QueueTimeout(settings.queue_timeout), last));
+            }
+        }
+        // Gives the slot back when the response is over.
         let flight = InFlight::start(backend.clone());
         let attempt_started = Instant::now();
         let sending = Sending {
@@ -242,7 +272,7 @@ async fn forward(
                 // Blame and where to go next are the retry table's (`upstream::retry`).
                 conn.affinity.forget();
                 if failed.blamed {
-                    ctx.passive_failure(&backend, settings.eject_after);
+                    ctx.passive_failure(ejections, &backend, settings.eject_after);
                 }
                 let e = failed.error;
                 let next = match (failed.retry, failed.unsent, &replay) {
@@ -264,4 +294,28 @@ async fn forward(
         tried.push(backend);
     }
     Err((last_error, last))
+}
+
+/// A slot on a backend with a connection limit: at once when one is free, else after
+/// the requests queued before this one (FIFO), within `timeout`; false at the timeout.
+/// The slot is the request's [`InFlight`]'s to give back.
+async fn take_slot(
+    slots: &tokio::sync::Semaphore,
+    backend: &Target,
+    timeout: std::time::Duration,
+) -> bool {
+    if let Ok(slot) = slots.try_acquire() {
+        slot.forget();
+        return true;
+    }
+    backend.queued.fetch_add(1, Ordering::Relaxed);
+    let slot = tokio::time::timeout(timeout, slots.acquire()).await;
+    backend.queued.fetch_sub(1, Ordering::Relaxed);
+    match slot {
+        Ok(Ok(slot)) => {
+            slot.forget();
+            true
+        }
+        _ => false,
+    }
 }

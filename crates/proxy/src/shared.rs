@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +18,7 @@ use super::io::Clock;
 use super::upgrade::UpgradeEndpoint;
 use crate::health::EjectSender;
 use crate::router::{Router, Target};
+use crate::services::Services;
 use crate::stats::FrontendStats;
 use gearlb_core::config::Config;
 use gearlb_core::routing::sticky::Sticky;
@@ -41,6 +42,9 @@ pub struct Settings {
     /// Consecutive failures on live traffic that eject a backend; 0 = never.
     pub eject_after: u32,
     pub sticky: Option<Sticky>,
+    /// How long a request waits for a slot on a backend at its `max_connections`
+    /// before a 503 (HAProxy's `timeout queue`; default `timeouts.connect`).
+    pub queue_timeout: Duration,
     /// One info line per request (`[log] requests`, `--log-requests`).
     pub log_requests: bool,
     /// hyper's HTTP/1 server settings, built once (not per connection).
@@ -81,6 +85,7 @@ impl Settings {
             dns_ttl: c.proxy.dns_ttl,
             eject_after: if c.health.enabled { c.health.fall } else { 0 },
             sticky,
+            queue_timeout: c.timeouts.connect,
             log_requests: c.log.requests || c.log.requests_forced,
         }
     }
@@ -89,6 +94,9 @@ impl Settings {
 /// Everything a connection needs, shared by all of them.
 pub struct ProxyCtx {
     pub router: Arc<Router>,
+    /// The services of this listener by host and path; none: every request goes to
+    /// `router` (one service).
+    pub services: ArcSwapOption<Services>,
     pub stats: Arc<FrontendStats>,
     pub settings: ArcSwap<Settings>,
     /// Backends that failed `eject_after` times in a row on live traffic.
@@ -114,6 +122,7 @@ impl ProxyCtx {
     ) -> Self {
         ProxyCtx {
             router,
+            services: ArcSwapOption::empty(),
             stats,
             settings: ArcSwap::from_pointee(settings),
             ejections,
@@ -133,11 +142,22 @@ impl ProxyCtx {
 
     /// A failure on live traffic; the request that makes it `eject_after` in a row
     /// reports the backend for ejection.
-    pub(super) fn passive_failure(&self, b: &Arc<Target>, eject_after: u32) {
+    /// (`ejections`: the supervisor of the backend's service.)
+    pub(super) fn passive_failure(
+        &self,
+        ejections: &EjectSender,
+        b: &Arc<Target>,
+        eject_after: u32,
+    ) {
         let n = b.passive_failures.fetch_add(1, Ordering::Relaxed) + 1;
         if eject_after > 0 && n == eject_after {
-            let _ = self.ejections.send(b.clone());
+            let _ = ejections.send(b.clone());
         }
+    }
+
+    /// The ejection channel of this context's own router.
+    pub fn ejections(&self) -> &EjectSender {
+        &self.ejections
     }
 
     pub(super) fn passive_success(&self, b: &Target) {
@@ -148,11 +168,13 @@ impl ProxyCtx {
     }
 }
 
-/// Counts a request as outstanding on a backend until dropped.
+/// Counts a request as outstanding on a backend until dropped. On a backend with
+/// `max_connections` it also holds one of its slots, taken by the caller (see
+/// `request::take_slot`) and given back when dropped.
 pub struct InFlight(Arc<Target>);
 
 impl InFlight {
-    pub fn start(backend: Arc<Target>) -> Self {
+    pub(crate) fn start(backend: Arc<Target>) -> Self {
         backend.stats.request_started();
         InFlight(backend)
     }
@@ -165,5 +187,8 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.stats.request_finished();
+        if let Some(slots) = &self.0.slots {
+            slots.add_permits(1);
+        }
     }
 }

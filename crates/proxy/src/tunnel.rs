@@ -225,6 +225,8 @@ mod tests {
             addr: echo_backend().await.into(),
             gear_dns: None,
             cookie: None,
+            backup: false,
+            max_connections: None,
         }]);
         let stats = Arc::new(FrontendStats::default());
         let stopping = CancellationToken::new();

@@ -124,6 +124,8 @@ impl Sim {
                     .expect("valid address"),
                 gear_dns: Some(format!("{l}.example.com")),
                 cookie: None,
+                backup: false,
+                max_connections: None,
             })
             .collect();
         let ids: Vec<String> = (0..cfg.m).map(|_| hex_id(&mut rng)).collect();

@@ -7,6 +7,7 @@ use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
 use super::schema::{Carrier, HealthConfig, TlsConfig};
+use super::service::read_service;
 use crate::gear::{is_backend_name, Addr};
 
 /// The file's text as a TOML table; a syntax error is one problem naming its line.
@@ -45,6 +46,8 @@ const SECTIONS: &[&str] = &[
     "scaler",
     "local_gear",
     "tls",
+    "services",
+    "discovery",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -358,6 +361,45 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
             path: "backends".into(),
             message: format!(
                 "expected an array of tables [[backends]], found {}",
+                other.type_str()
+            ),
+        }),
+    }
+    read_services(table, cfg, problems);
+
+    let t = section("discovery", problems);
+    let mut r = Reader::new(&t, "discovery", problems);
+    cfg.discovery.dir = r.str_value("dir").and_then(|d| {
+        if d.is_empty() {
+            r.problem("dir", "must not be empty");
+            None
+        } else {
+            Some(PathBuf::from(d))
+        }
+    });
+    cfg.discovery.ttl = r.duration("ttl", cfg.discovery.ttl);
+    r.finish();
+}
+
+fn read_services(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
+    match table.get("services") {
+        None => {}
+        Some(toml::Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let at = format!("services[{i}]");
+                match item.as_table() {
+                    Some(t) => cfg.services.extend(read_service(t, &at, problems)),
+                    None => problems.push(Problem {
+                        path: at,
+                        message: "expected a table [[services]]".into(),
+                    }),
+                }
+            }
+        }
+        Some(other) => problems.push(Problem {
+            path: "services".into(),
+            message: format!(
+                "expected an array of tables [[services]], found {}",
                 other.type_str()
             ),
         }),

@@ -18,6 +18,7 @@
 //! - `duration`: the one duration rule of every source;
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
+//! - `service`: a service's keys, from `[[services]]` or a watched file;
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
@@ -30,6 +31,7 @@ mod problem;
 mod reader;
 mod restart;
 mod schema;
+mod service;
 mod validate;
 
 #[cfg(test)]
@@ -42,7 +44,11 @@ pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
 pub use restart::{keep_restart_only, RestartOnly, RESTART_ONLY};
 pub use schema::{
     backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
-    ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig, ProxyConfig,
-    RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig, SubsetConfig, Timeouts,
-    TlsConfig,
+    DiscoveryConfig, ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig,
+    ProxyConfig, RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig,
+    SubsetConfig, Timeouts, TlsConfig, DEFAULT_SERVICE,
+};
+pub use service::{
+    default_route, is_service_name, parse_service_file, service_file_format, FileFormat,
+    ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts,
 };

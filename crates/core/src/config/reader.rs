@@ -31,10 +31,25 @@ impl<'a> Reader<'a> {
     }
 
     pub(super) fn problem(&mut self, key: &str, message: impl Into<String>) {
+        let path = self.key_path(key);
         self.problems.push(Problem {
-            path: format!("{}.{key}", self.path),
+            path,
             message: message.into(),
         });
+    }
+
+    /// A key's path in problems: `table.key`, or `key` in a top-level table.
+    fn key_path(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// Where problems go: for the reader of a table inside this one.
+    pub(super) fn problems(&mut self) -> &mut Vec<Problem> {
+        self.problems
     }
 
     pub(super) fn get(&mut self, key: &'static str) -> Option<&'a toml::Value> {
@@ -181,8 +196,9 @@ impl<'a> Reader<'a> {
             .map(|k| (k, ()))
             .collect();
         for k in unknown.keys() {
+            let path = self.key_path(k);
             self.problems.push(Problem {
-                path: format!("{}.{k}", self.path),
+                path,
                 message: format!("unknown key (known: {})", self.known.join(", ")),
             });
         }

@@ -38,7 +38,40 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Identity of this gear, from the platform's environment (cartridge mode).
     pub gear: GearIdentity,
+    /// `[[services]]`: named services routed by host and path (see
+    /// [`super::service`]).
+    pub services: Vec<super::service::ServiceConfig>,
+    /// Where services come from besides this file.
+    pub discovery: DiscoveryConfig,
 }
+
+/// `[discovery]`: services from a watched directory and from registrations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveryConfig {
+    /// A directory of service files (`*.yaml`, `*.yml`, `*.toml`), one service each,
+    /// watched: a change applies without a restart. Default none.
+    pub dir: Option<PathBuf>,
+    /// Lease of a registration that names none (`gearlb ctl register --ttl`).
+    /// Default 30s.
+    pub ttl: Duration,
+}
+
+impl Config {
+    /// Whether the top-level backend set (`[[backends]]`, the gears of a cartridge, the
+    /// local gear) is served: then it is the service [`DEFAULT_SERVICE`], taking every
+    /// host no other service claims. It is not when the file names services and no
+    /// top-level backend.
+    pub fn default_service(&self) -> bool {
+        let services = !self.services.is_empty() || self.discovery.dir.is_some();
+        !services
+            || !self.backends.is_empty()
+            || self.local_gear.is_some()
+            || self.gear.homedir.is_some()
+    }
+}
+
+/// The name of the service of the top-level backends.
+pub const DEFAULT_SERVICE: &str = "default";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
@@ -450,6 +483,11 @@ impl Default for Config {
                 dir: PathBuf::from("data"),
             },
             backends: Vec::new(),
+            services: Vec::new(),
+            discovery: DiscoveryConfig {
+                dir: None,
+                ttl: Duration::from_secs(30),
+            },
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 client: Duration::from_secs(60),

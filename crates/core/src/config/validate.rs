@@ -7,6 +7,7 @@ use super::problem::Problem;
 use super::schema::{Carrier, Config};
 
 pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
+    validate_services(cfg, problems);
     let l = &cfg.listen;
     if l.proxy == l.status && l.proxy.port() != 0 {
         problems.push(Problem {
@@ -143,6 +144,62 @@ pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
         problems.push(Problem {
             path: "control.stats_socket".into(),
             message: "must differ from control.socket".into(),
+        });
+    }
+}
+
+/// Services: unique names (`default` is the top-level backends' when they are served),
+/// listeners of their own that no other listener has, routes without conflicts.
+pub(super) fn validate_services(cfg: &Config, problems: &mut Vec<Problem>) {
+    use super::schema::DEFAULT_SERVICE;
+    use super::service::default_route;
+    use crate::routing::routes::RouteTable;
+    let mut names = HashSet::new();
+    let mut listens = vec![cfg.listen.proxy, cfg.listen.status];
+    listens.extend(cfg.listen.tls);
+    listens.extend(cfg.cluster.listen);
+    let default = cfg.default_service();
+    let mut specs = Vec::new();
+    if default {
+        specs.push(default_route());
+    }
+    for (i, s) in cfg.services.iter().enumerate() {
+        if !names.insert(s.name.as_str()) {
+            problems.push(Problem {
+                path: format!("services[{i}].name"),
+                message: format!("duplicate service name {:?}", s.name),
+            });
+        } else if default && s.name == DEFAULT_SERVICE {
+            problems.push(Problem {
+                path: format!("services[{i}].name"),
+                message: format!(
+                    "{DEFAULT_SERVICE:?} is the service of the top-level [[backends]]: choose another name"
+                ),
+            });
+        }
+        if let Some(l) = s.listen {
+            if l.port() != 0 && listens.contains(&l) {
+                problems.push(Problem {
+                    path: format!("services[{i}].listen"),
+                    message: format!("{l} is already another listener's address"),
+                });
+            }
+            listens.push(l);
+        }
+        specs.push(s.route_spec());
+    }
+    if let Err(errors) = RouteTable::new(&specs) {
+        for e in errors {
+            problems.push(Problem {
+                path: "services".into(),
+                message: e.to_string(),
+            });
+        }
+    }
+    if cfg.discovery.ttl < std::time::Duration::from_secs(1) {
+        problems.push(Problem {
+            path: "discovery.ttl".into(),
+            message: "at least 1s".into(),
         });
     }
 }

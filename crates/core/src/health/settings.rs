@@ -14,6 +14,8 @@ pub struct HealthSettings {
     pub timeout: Duration,
     pub fall: u32,
     pub rise: u32,
+    /// The port checked when it is not the traffic port (a service's `health.port`).
+    pub port: Option<u16>,
 }
 
 impl HealthSettings {
@@ -28,6 +30,25 @@ impl HealthSettings {
             timeout: c.timeout,
             fall: c.fall,
             rise: c.rise,
+            port: None,
         }
+    }
+
+    /// These settings with a service's own check: path, expected status (a checked
+    /// regular expression; a bad one keeps the balancer's), port.
+    pub fn with_service(
+        mut self,
+        uri: Option<&str>,
+        expect: Option<&str>,
+        port: Option<u16>,
+    ) -> Self {
+        if let Some(u) = uri {
+            self.uri = u.to_string();
+        }
+        if let Some(e) = expect.and_then(|e| regex_lite::Regex::new(e).ok()) {
+            self.expect = e;
+        }
+        self.port = port;
+        self
     }
 }

@@ -21,6 +21,12 @@ pub struct BackendSpec {
     /// Sticky cookie value, when it is not derived (see [`BackendSpec::sticky_value`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cookie: Option<String>,
+    /// A service's backup: takes requests only when no other backend is usable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backup: bool,
+    /// At most this many requests at once; more wait in a FIFO queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
 }
 
 impl BackendSpec {

@@ -165,6 +165,15 @@ pub enum RouteError {
     },
 }
 
+/// A spec's path prefixes: `/` when it gave none.
+fn paths_of(spec: &RouteSpec) -> impl Iterator<Item = &str> {
+    let default: &[&str] = if spec.paths.is_empty() { &["/"] } else { &[] };
+    default
+        .iter()
+        .copied()
+        .chain(spec.paths.iter().map(String::as_str))
+}
+
 /// The path elements of a prefix or a request path: `/a//b/` → `a`, `b`.
 fn elements(path: &str) -> impl Iterator<Item = &str> {
     let path = path.split(['?', '#']).next().unwrap_or_default();
@@ -192,6 +201,15 @@ impl PathTree {
                 Ok(())
             }
         }
+    }
+
+    /// The service claiming exactly `prefix`.
+    fn at(&self, prefix: &str) -> Option<usize> {
+        let mut node = self;
+        for e in elements(prefix) {
+            node = node.children.get(e)?;
+        }
+        node.service
     }
 
     /// The service of the longest prefix of `path`.
@@ -234,54 +252,119 @@ impl RouteTable {
                 t.services.push(spec.service.clone());
                 t.services.len() - 1
             });
-            let default_paths = ["/".to_string()];
-            let paths = if spec.paths.is_empty() {
-                &default_paths[..]
-            } else {
-                &spec.paths[..]
-            };
-            for path in paths {
-                if !path.starts_with('/') {
-                    errors.push(RouteError::BadPath {
-                        service: spec.service.clone(),
-                        path: path.clone(),
-                    });
-                    continue;
-                }
-                for host in &spec.hosts {
-                    let tree = match host {
-                        HostPattern::Any => &mut t.any,
-                        HostPattern::Exact(h) => t.exact.entry(h.clone()).or_default(),
-                        HostPattern::Wildcard(h) => t.wildcard.entry(h.clone()).or_default(),
-                        HostPattern::Regex(r) => {
-                            let i = match t.regex.iter().position(|(x, _)| x.as_str() == r.as_str())
-                            {
-                                Some(i) => i,
-                                None => {
-                                    t.regex.push((r.clone(), PathTree::default()));
-                                    t.regex.len() - 1
-                                }
-                            };
-                            &mut t.regex[i].1
-                        }
-                    };
-                    match tree.insert(path, s) {
-                        Ok(()) => t.routes += 1,
-                        Err(first) => errors.push(RouteError::Conflict {
-                            host: host.key(),
-                            path: path.clone(),
-                            first: t.services[first].clone(),
-                            later: spec.service.clone(),
-                        }),
-                    }
-                }
-            }
+            errors.extend(t.insert_spec(spec, s));
         }
         if errors.is_empty() {
             Ok(t)
         } else {
             Err(errors)
         }
+    }
+
+    /// Build the table from every service's claims, in order, refusing a service whose
+    /// claims conflict with those of a service before it (or that has a bad path):
+    /// the others are routed, and each refused service is returned with its errors.
+    /// This is how sources that change at run time (watched files, registrations) are
+    /// applied: the later claimant is refused, never the one already serving.
+    pub fn build(specs: &[RouteSpec]) -> (RouteTable, Vec<(String, Vec<RouteError>)>) {
+        let mut t = RouteTable::default();
+        let mut refused = Vec::new();
+        for spec in specs {
+            let errors = t.conflicts(spec);
+            if !errors.is_empty() {
+                refused.push((spec.service.clone(), errors));
+                continue;
+            }
+            if let Err(e) = RouteTable::new(std::slice::from_ref(spec)) {
+                refused.push((spec.service.clone(), e));
+                continue;
+            }
+            t.services.push(spec.service.clone());
+            let s = t.services.len() - 1;
+            // Checked above: every claim is free.
+            t.insert_spec(spec, s);
+        }
+        (t, refused)
+    }
+
+    /// The claims of `spec` that another service already has here.
+    fn conflicts(&self, spec: &RouteSpec) -> Vec<RouteError> {
+        let mut errors = Vec::new();
+        for path in paths_of(spec) {
+            for host in &spec.hosts {
+                let tree = match host {
+                    HostPattern::Any => Some(&self.any),
+                    HostPattern::Exact(h) => self.exact.get(h),
+                    HostPattern::Wildcard(h) => self.wildcard.get(h),
+                    HostPattern::Regex(r) => self
+                        .regex
+                        .iter()
+                        .find(|(x, _)| x.as_str() == r.as_str())
+                        .map(|(_, t)| t),
+                };
+                let taken = tree.and_then(|t| t.at(path));
+                if let Some(first) = taken.filter(|&i| self.services[i] != spec.service) {
+                    errors.push(RouteError::Conflict {
+                        host: host.key(),
+                        path: path.to_string(),
+                        first: self.services[first].clone(),
+                        later: spec.service.clone(),
+                    });
+                }
+            }
+        }
+        errors
+    }
+
+    /// Insert every claim of `spec` as service `s`; the conflicts are returned.
+    fn insert_spec(&mut self, spec: &RouteSpec, s: usize) -> Vec<RouteError> {
+        let mut errors = Vec::new();
+        for path in paths_of(spec) {
+            if !path.starts_with('/') {
+                errors.push(RouteError::BadPath {
+                    service: spec.service.clone(),
+                    path: path.to_string(),
+                });
+                continue;
+            }
+            for host in &spec.hosts {
+                let tree = match host {
+                    HostPattern::Any => &mut self.any,
+                    HostPattern::Exact(h) => self.exact.entry(h.clone()).or_default(),
+                    HostPattern::Wildcard(h) => self.wildcard.entry(h.clone()).or_default(),
+                    HostPattern::Regex(r) => {
+                        let i = match self
+                            .regex
+                            .iter()
+                            .position(|(x, _)| x.as_str() == r.as_str())
+                        {
+                            Some(i) => i,
+                            None => {
+                                self.regex.push((r.clone(), PathTree::default()));
+                                self.regex.len() - 1
+                            }
+                        };
+                        &mut self.regex[i].1
+                    }
+                };
+                match tree.insert(path, s) {
+                    Ok(()) => self.routes += 1,
+                    Err(first) => errors.push(RouteError::Conflict {
+                        host: host.key(),
+                        path: path.to_string(),
+                        first: self.services[first].clone(),
+                        later: spec.service.clone(),
+                    }),
+                }
+            }
+        }
+        errors
+    }
+
+    /// The services routed to, in the order given: [`RouteTable::lookup_index`]'s
+    /// numbers index this.
+    pub fn services(&self) -> &[String] {
+        &self.services
     }
 
     /// How many (host, path) routes the table holds.
@@ -299,6 +382,12 @@ impl RouteTable {
         let host = normalize_host(host);
         self.lookup_normalized(&host, path)
             .map(|i| self.services[i].as_str())
+    }
+
+    /// As [`RouteTable::lookup`], the service's number in [`RouteTable::services`].
+    pub fn lookup_index(&self, host: &str, path: &str) -> Option<usize> {
+        let host = normalize_host(host);
+        self.lookup_normalized(&host, path)
     }
 
     fn lookup_normalized(&self, host: &str, path: &str) -> Option<usize> {

@@ -43,6 +43,12 @@ impl Entry {
         self.up && self.admin == Admin::Active && !self.parked
     }
 
+    /// A first choice: in the subset and not a backup. The others take requests only
+    /// when no first choice is usable.
+    pub fn primary(&self) -> bool {
+        self.in_subset && !self.backend.spec.backup
+    }
+
     pub fn state(&self) -> BackendState {
         if self.parked && self.admin == Admin::Active {
             return BackendState::Drained;
@@ -62,8 +68,8 @@ pub struct RoutingTable {
     entries: Vec<Entry>,
     /// Indices of usable backends in this balancer's subset.
     selectable: Vec<usize>,
-    /// Indices of usable backends outside the subset: the last resort when no backend
-    /// of the subset is usable.
+    /// Indices of usable backends outside the subset, and backups: the last resort when
+    /// no backend of the subset is usable.
     backups: Vec<usize>,
     /// Sticky cookie value → index.
     by_sticky: HashMap<String, usize>,
@@ -80,7 +86,7 @@ impl RoutingTable {
             entries
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.usable() && e.in_subset == want_subset)
+                .filter(|(_, e)| e.usable() && e.primary() == want_subset)
                 .map(|(i, _)| i)
                 .collect()
         };
@@ -212,7 +218,7 @@ impl RoutingTable {
     fn in_set(&self, i: usize, subset: bool) -> bool {
         self.entries
             .get(i)
-            .is_some_and(|e| e.usable() && e.in_subset == subset)
+            .is_some_and(|e| e.usable() && e.primary() == subset)
     }
 
     /// The entry index least-loaded selection picks in `set` (entry indices).

@@ -58,7 +58,25 @@ impl Checker for HttpChecker {
         s: &HealthSettings,
     ) -> CheckReport {
         let started = Instant::now();
-        let result = tokio::time::timeout(s.timeout, http_check(conn, backend, &s.uri)).await;
+        // A backend with a connection limit is checked within it: on a free slot, on
+        // a connection not kept. With every slot taken it is serving at its limit, and
+        // the live traffic's failures say whether it is healthy: the check is skipped.
+        let _slot = match &backend.slots {
+            None => None,
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(slot) => Some(slot),
+                Err(_) => {
+                    *conn = None;
+                    return CheckReport {
+                        ok: true,
+                        result: "busy at max_connections: not checked".into(),
+                        ms: 0,
+                        at: unix_secs(),
+                    };
+                }
+            },
+        };
+        let result = tokio::time::timeout(s.timeout, http_check(conn, backend, s)).await;
         let (ok, result) = match result {
             Err(_) => (false, format!("timed out after {:?}", s.timeout)),
             Ok(Err(e)) => (false, e),
@@ -67,7 +85,7 @@ impl Checker for HttpChecker {
                 (s.expect.is_match(&code), code)
             }
         };
-        if !ok {
+        if !ok || backend.slots.is_some() {
             *conn = None;
         }
         CheckReport {
@@ -100,11 +118,18 @@ fn check_request(backend: &Target, uri: &str) -> Result<Request<ReqBody>, String
     Ok(req)
 }
 
-async fn check_connect(backend: &Target) -> Result<SendRequest<ReqBody>, String> {
+async fn check_connect(
+    backend: &Target,
+    port: Option<u16>,
+) -> Result<SendRequest<ReqBody>, String> {
+    let addr = match port {
+        Some(p) => backend.spec.addr.with_port(p),
+        None => backend.spec.addr.clone(),
+    };
     let stream = backend
         .pool
         .resolver()
-        .dial(&backend.spec.addr)
+        .dial(&addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let _ = stream.set_nodelay(true);
@@ -119,7 +144,12 @@ async fn check_connect(backend: &Target) -> Result<SendRequest<ReqBody>, String>
 
 /// One check: on the kept connection if there is a usable one, else (or if it fails)
 /// on a new one. The connection is kept again when the response was read to the end.
-async fn http_check(conn: &mut CheckConn, backend: &Target, uri: &str) -> Result<u16, String> {
+async fn http_check(
+    conn: &mut CheckConn,
+    backend: &Target,
+    s: &HealthSettings,
+) -> Result<u16, String> {
+    let uri = s.uri.as_str();
     if let Some(mut sender) = conn.take().filter(|s| !s.is_closed()) {
         if sender.ready().await.is_ok() {
             if let Ok(resp) = sender.send_request(check_request(backend, uri)?).await {
@@ -128,7 +158,7 @@ async fn http_check(conn: &mut CheckConn, backend: &Target, uri: &str) -> Result
         }
         // Closed or broken while kept: that says nothing of the gear; ask anew.
     }
-    let mut sender = check_connect(backend).await?;
+    let mut sender = check_connect(backend, s.port).await?;
     let resp = sender
         .send_request(check_request(backend, uri)?)
         .await

@@ -85,6 +85,7 @@ fn settings(interval: Duration, fall: u32, rise: u32) -> Arc<ArcSwap<HealthSetti
         timeout: Duration::from_secs(1),
         fall,
         rise,
+        port: None,
     }))
 }
 
@@ -141,6 +142,8 @@ async fn check_target(status: u16, per_conn: usize) -> (Arc<Target>, Arc<AtomicU
             addr: addr.to_string().parse().unwrap(),
             gear_dns: None,
             cookie: None,
+            backup: false,
+            max_connections: None,
         },
         1,
     );
@@ -205,6 +208,8 @@ async fn failed_checks_drop_the_connection() {
             addr: "127.0.0.1:1".parse().unwrap(),
             gear_dns: None,
             cookie: None,
+            backup: false,
+            max_connections: None,
         },
         1,
     );
@@ -222,6 +227,8 @@ async fn down_within_fall_intervals_up_within_rise_intervals() {
         addr: "127.0.0.1:1".parse().unwrap(),
         gear_dns: None,
         cookie: None,
+        backup: false,
+        max_connections: None,
     }]);
     let healthy = Arc::new(AtomicBool::new(true));
     let interval = Duration::from_secs(2);
@@ -278,6 +285,8 @@ async fn passive_ejection_and_recovery_by_checks() {
         addr: "127.0.0.1:1".parse().unwrap(),
         gear_dns: None,
         cookie: None,
+        backup: false,
+        max_connections: None,
     }]);
     let backend = router.load().target("web1").unwrap().clone();
     let (tx, rx) = mpsc::unbounded_channel();

@@ -28,17 +28,27 @@ pub struct Target {
     pub tunnels: AtomicU64,
     /// Latest active check, if any ran.
     pub last_check: ArcSwapOption<CheckReport>,
+    /// Slots of a backend with `max_connections`: a request holds one until its
+    /// response is over; the others wait in FIFO order (tokio's semaphore is fair).
+    pub slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Requests waiting for a slot now (HAProxy's `qcur`).
+    pub queued: AtomicU64,
 }
 
 impl Target {
     pub fn new(backend: Arc<Backend>, max_idle: usize) -> Arc<Self> {
         Arc::new(Target {
-            backend,
             stats: BackendStats::default(),
             pool: Pool::new(max_idle),
             passive_failures: AtomicU32::new(0),
             tunnels: AtomicU64::new(0),
+            slots: backend
+                .spec
+                .max_connections
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize))),
+            queued: AtomicU64::new(0),
             last_check: ArcSwapOption::empty(),
+            backend,
         })
     }
 

@@ -14,6 +14,8 @@ fn spec(name: &str, port: u16) -> BackendSpec {
         addr: format!("127.0.0.1:{port}").parse().unwrap(),
         gear_dns: None,
         cookie: None,
+        backup: false,
+        max_connections: None,
     }
 }
 

@@ -1,0 +1,296 @@
+//! `gearlb ctl …`: one request to the balancer's control socket, and its reply
+//! printed for a person (or as JSON).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{load_config, CtlCommand, EXIT_UNAVAILABLE};
+use crate::config::{self, EXIT_CONFIG};
+use crate::control::{self, Request};
+use crate::report::StatusReport;
+
+pub(super) fn ctl(socket: Option<PathBuf>, config_flag: Option<&Path>, command: CtlCommand) -> i32 {
+    let socket = match socket {
+        Some(s) => s,
+        None => match load_config(config_flag) {
+            Ok(c) => c.control.socket,
+            Err(code) => {
+                eprintln!("gearlb: give --socket, or a valid --config to find the control socket");
+                return code;
+            }
+        },
+    };
+    let (request, json) = match command {
+        CtlCommand::Status { json } => (Request::Status, json),
+        CtlCommand::UpdateCluster { entries } => (Request::UpdateCluster { args: entries }, false),
+        CtlCommand::Peers { json } => (Request::Peers, json),
+        CtlCommand::Scale { direction } => (Request::Scale { event: direction }, false),
+        CtlCommand::RotateOut {
+            gear,
+            timeout,
+            persist: _,
+            as_json,
+        } => {
+            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
+                None => None,
+                Some(Ok(d)) => Some(d.as_millis() as u64),
+                Some(Err(why)) => {
+                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
+                    return EXIT_CONFIG;
+                }
+            };
+            (
+                Request::Rotate {
+                    gear,
+                    op: crate::rotation::Op::Out,
+                    timeout_ms,
+                    node: false,
+                },
+                as_json,
+            )
+        }
+        CtlCommand::RotateIn {
+            gear,
+            persist: _,
+            as_json,
+        } => (
+            Request::Rotate {
+                gear,
+                op: crate::rotation::Op::In,
+                timeout_ms: None,
+                node: false,
+            },
+            as_json,
+        ),
+        CtlCommand::SetPeers { entries } => (Request::SetPeers { args: entries }, false),
+        CtlCommand::Services { json } => (Request::Services, json),
+        CtlCommand::Register {
+            service,
+            backend,
+            addr,
+            ttl,
+            hosts,
+            paths,
+        } => {
+            let ttl_ms = match ttl.as_deref().map(config::parse_duration) {
+                None => None,
+                Some(Ok(d)) => Some(d.as_millis() as u64),
+                Some(Err(why)) => {
+                    eprintln!("gearlb: --ttl {why}; use {}", config::DURATION_RULE);
+                    return EXIT_CONFIG;
+                }
+            };
+            (
+                Request::Register {
+                    service,
+                    backend,
+                    addr,
+                    hosts,
+                    paths,
+                    ttl_ms,
+                },
+                false,
+            )
+        }
+        CtlCommand::Deregister { service, backend } => {
+            (Request::Deregister { service, backend }, false)
+        }
+        CtlCommand::Reload => {
+            // The daemon re-reads its file with the caller's gear environment.
+            let env: BTreeMap<String, String> = std::env::vars()
+                .filter(|(k, _)| k.starts_with("OPENSHIFT_") || k.starts_with("GEARLB_"))
+                .collect();
+            (Request::Reload { env }, false)
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gearlb: {e}");
+            return 1;
+        }
+    };
+    // Progress on stderr: a live line on a terminal, one line per change otherwise.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut shown = false;
+    let on_progress = |line: &str| {
+        if tty {
+            eprint!("\r\x1b[K{line}");
+            shown = true;
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let result = rt.block_on(control::call_with_progress(&socket, &request, on_progress));
+    if shown {
+        eprintln!();
+    }
+    let reply = match result {
+        Ok(r) => r,
+        Err(control::ClientError::Connect { path, source })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            eprintln!(
+                "gearlb: permission denied: {} belongs to another user (only the balancer's own user or root may control it)",
+                path.display()
+            );
+            return control::EXIT_REFUSED;
+        }
+        Err(e @ control::ClientError::Connect { .. }) => {
+            eprintln!("gearlb: {e}");
+            return EXIT_UNAVAILABLE;
+        }
+        Err(e) => {
+            eprintln!("gearlb: {e}");
+            return 1;
+        }
+    };
+    match request {
+        Request::Status if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                match serde_json::from_value::<StatusReport>(reply.data) {
+                    Ok(r) => print!("{}", r.to_text()),
+                    Err(e) => {
+                        eprintln!("gearlb: unexpected status report: {e}");
+                        return 1;
+                    }
+                }
+            }
+        }
+        Request::Rotate { .. } if !reply.data.is_null() => {
+            if json {
+                println!("{}", serde_json::to_string(&reply.data).unwrap_or_default());
+            } else {
+                println!("{}", reply.message);
+                if let Some(results) = reply.data["proxy_results"].as_object() {
+                    for (proxy, r) in results {
+                        let notes: Vec<&str> = r["messages"]
+                            .as_array()
+                            .into_iter()
+                            .chain(r["errors"].as_array())
+                            .flatten()
+                            .filter_map(|v| v.as_str())
+                            .collect();
+                        println!(
+                            "  {proxy:<38} {:<12} {}",
+                            r["status"].as_str().unwrap_or(""),
+                            notes.join("; ")
+                        );
+                    }
+                }
+            }
+        }
+        Request::Services if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                print!("{}", services_text(&reply.data));
+            }
+        }
+        Request::Peers if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                match serde_json::from_value::<crate::cluster::ClusterView>(reply.data) {
+                    Ok(v) => print!("{}", v.to_text()),
+                    Err(e) => {
+                        eprintln!("gearlb: unexpected cluster view: {e}");
+                        return 1;
+                    }
+                }
+            }
+        }
+        _ => {
+            if !reply.message.is_empty() {
+                if reply.exit_code == 0 {
+                    println!("{}", reply.message);
+                } else {
+                    eprintln!("{}", reply.message);
+                }
+            }
+        }
+    }
+    reply.exit_code
+}
+
+/// `ctl services` for a person, from the JSON report.
+fn services_text(data: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+    for svc in data["services"].as_array().into_iter().flatten() {
+        let origin = match svc["origin"]["path"].as_str() {
+            Some(p) => format!("{} {p}", s(&svc["origin"]["kind"])),
+            None => s(&svc["origin"]["kind"]),
+        };
+        out.push_str(&format!(
+            "{} ({origin}){}{}\n  hosts {} paths {}{}\n",
+            s(&svc["name"]),
+            if svc["up"].as_bool() == Some(true) {
+                ""
+            } else {
+                " DOWN"
+            },
+            if svc["retiring"].as_bool() == Some(true) {
+                " retiring"
+            } else {
+                ""
+            },
+            svc["hosts"],
+            svc["paths"],
+            svc["listen"]
+                .as_str()
+                .map(|l| format!(" listener {l}"))
+                .unwrap_or_default(),
+        ));
+        for b in svc["backends"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  {:<24} {:<22} {:<9} in flight {}{}{}{}\n",
+                s(&b["name"]),
+                s(&b["addr"]),
+                s(&b["state"]),
+                b["outstanding"],
+                if b["backup"].as_bool() == Some(true) {
+                    " backup"
+                } else {
+                    ""
+                },
+                b["queued"]
+                    .as_u64()
+                    .filter(|q| *q > 0)
+                    .map(|q| format!(" queued {q}"))
+                    .unwrap_or_default(),
+                b["lease_left_s"]
+                    .as_f64()
+                    .map(|l| format!(" lease {l:.0}s"))
+                    .unwrap_or_default(),
+            ));
+        }
+    }
+    for r in data["refused"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "refused: {}: {}\n",
+            s(&r["service"]),
+            s(&r["why"])
+        ));
+    }
+    for f in data["files"].as_array().into_iter().flatten() {
+        if let Some(p) = f["problem"].as_str() {
+            out.push_str(&format!("file refused: {p}\n"));
+        }
+    }
+    out
+}

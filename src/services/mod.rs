@@ -1,0 +1,610 @@
+//! Services: the [`ServiceSet`] runs every service a balancer serves beside the default
+//! one (the top-level backends, `App::router`): for each, a router, a health supervisor
+//! and, when it has one, a listener of its own; it publishes the route table the request
+//! path looks requests up in (`gearlb_proxy::services`), and drains what goes away.
+//!
+//! Sources ([`sources::merge`]): the configuration's `[[services]]`, the watched
+//! directory ([`watch`]) and registrations with leases ([`ServiceSet::register`]).
+//! Every change goes through [`ServiceSet::apply`]: sources merged, routes built (a
+//! later claimant of a route is refused, naming both), routers updated, the table
+//! published in one swap. A backend that goes away drains as a rotate-out does (no new
+//! requests, in-flight ones finish) within `rotate.timeout`, then goes; a service that
+//! goes away stops being routed at once and is dropped once drained.
+
+pub mod sources;
+mod watch;
+
+pub use watch::watch_dir;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::{Config, ServiceConfig, DEFAULT_SERVICE};
+use crate::health::{self, HttpChecker};
+use crate::proxy::services::{Service, Services};
+use crate::proxy::ProxyCtx;
+use crate::routing::routes::RouteTable;
+use crate::routing::{Admin, Router};
+use crate::stats::FrontendStats;
+use sources::{merge, Desired, Origin, Refusal, Registration};
+
+/// A watched file as last read.
+#[derive(Clone, Debug, Default)]
+pub struct FileState {
+    /// Its last good definition, kept while the file is bad.
+    pub good: Option<ServiceConfig>,
+    /// Why its current content is refused.
+    pub problem: Option<String>,
+}
+
+struct Lease {
+    reg: Registration,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    files: BTreeMap<PathBuf, FileState>,
+    leases: BTreeMap<(String, String), Lease>,
+    running: BTreeMap<String, Running>,
+    /// Services no longer defined, draining.
+    retiring: Vec<(Running, Instant)>,
+    refused: Vec<Refusal>,
+}
+
+/// A registration as asked for, checked: names, address, routes, lease (1 s to 1 day).
+pub fn registration(
+    service: String,
+    backend: String,
+    addr: &str,
+    hosts: Vec<String>,
+    paths: Vec<String>,
+    ttl: Duration,
+) -> Result<Registration, String> {
+    let mut problems = Vec::new();
+    if !crate::config::is_service_name(&service) {
+        problems.push(format!(
+            "service {service:?}: letters, digits, '-', '_' and '.'"
+        ));
+    }
+    if !crate::gear::is_backend_name(&backend) {
+        problems.push(format!(
+            "backend {backend:?}: letters, digits, '-', '_' and '.'"
+        ));
+    }
+    let addr = addr
+        .parse::<crate::gear::Addr>()
+        .map_err(|e| problems.push(format!("address: {e}")))
+        .ok();
+    for h in &hosts {
+        if let Err(e) = crate::routing::routes::HostPattern::parse(h) {
+            problems.push(e);
+        }
+    }
+    for p in paths.iter().filter(|p| !p.starts_with('/')) {
+        problems.push(format!("path {p:?} does not start with '/'"));
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&ttl) {
+        problems.push(format!("lease {ttl:?}: from 1s to 1 day"));
+    }
+    match addr {
+        Some(addr) if problems.is_empty() => Ok(Registration {
+            service,
+            backend,
+            addr,
+            hosts,
+            paths,
+        }),
+        _ => Err(format!("registration refused: {}", problems.join("; "))),
+    }
+}
+
+/// Every service of a balancer (see the module doc).
+pub struct ServiceSet {
+    proxy: Arc<ProxyCtx>,
+    state: tokio::sync::Mutex<State>,
+    /// Every service by name (the default one too), for reports and `/health/<name>`.
+    all: ArcSwap<BTreeMap<String, Arc<Service>>>,
+    /// The configuration in force (set by [`ServiceSet::apply`]).
+    cfg: ArcSwap<Config>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl ServiceSet {
+    /// The services of `proxy`'s listener (its router is the default service's).
+    pub fn new(proxy: Arc<ProxyCtx>, cfg: &Config) -> Self {
+        ServiceSet {
+            proxy,
+            state: Default::default(),
+            all: ArcSwap::from_pointee(BTreeMap::new()),
+            cfg: ArcSwap::from_pointee(cfg.clone()),
+            stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        }
+    }
+
+    /// Stop every service's listener and supervisor, and wait up to `grace` for their
+    /// connections.
+    pub async fn stop(&self, grace: Duration) {
+        self.stop.cancel();
+        self.tracker.close();
+        let _ = tokio::time::timeout(grace, self.tracker.wait()).await;
+        let st = self.state.lock().await;
+        for r in st.running.values() {
+            r.service.router.close_all();
+        }
+    }
+
+    /// Whether `name`'s service may take a request now (a backend up and in rotation);
+    /// `None`: no such service.
+    pub fn healthy(&self, name: &str) -> Option<bool> {
+        let all = self.all.load();
+        let s = all.get(name)?;
+        Some(s.router.load().can_serve())
+    }
+
+    /// Replace the watched files' states (the watcher's full scan) and apply.
+    pub async fn set_files(&self, files: BTreeMap<PathBuf, FileState>) {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        for (path, f) in &files {
+            let before = st.files.get(path).and_then(|f| f.problem.clone());
+            if let Some(p) = &f.problem {
+                if before.as_ref() != Some(p) {
+                    let kept = if f.good.is_some() {
+                        "; its last good definition is kept"
+                    } else {
+                        ""
+                    };
+                    warn!(file = %path.display(), "service file refused{kept}: {p}");
+                }
+            }
+        }
+        for path in st.files.keys() {
+            if !files.contains_key(path) {
+                info!(file = %path.display(), "service file removed: its service drains");
+            }
+        }
+        st.files = files;
+        self.apply_locked(&mut st, cfg).await;
+    }
+
+    /// Register (or renew) an instance; the reply says until when. Refused with why
+    /// when its service or routes conflict with another source's.
+    pub async fn register(&self, reg: Registration, ttl: Duration) -> Result<String, String> {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        let mut reg = reg;
+        if reg.hosts.is_empty() {
+            // An instance joining a registered service carries its routes, so that the
+            // service keeps them whichever instance is left.
+            if let Some(r) = st
+                .running
+                .get(&reg.service)
+                .filter(|r| r.origin == Origin::Registration)
+            {
+                reg.hosts = r.config.hosts.clone();
+                reg.paths = r.config.paths.clone();
+            }
+        }
+        let key = (reg.service.clone(), reg.backend.clone());
+        let renewed = st.leases.get(&key).is_some_and(|l| l.reg == reg);
+        let previous = st.leases.insert(
+            key.clone(),
+            Lease {
+                reg: reg.clone(),
+                expires: Instant::now() + ttl,
+            },
+        );
+        if renewed {
+            return Ok(format!(
+                "lease of {}/{} renewed for {ttl:?}",
+                reg.service, reg.backend
+            ));
+        }
+        self.apply_locked(&mut st, cfg).await;
+        let why = st
+            .refused
+            .iter()
+            .find(|r| {
+                r.service == reg.service
+                    && r.origin == Origin::Registration
+                    && r.backend.as_ref().is_none_or(|b| *b == reg.backend)
+            })
+            .map(|r| r.why.clone());
+        if let Some(why) = why {
+            match previous {
+                Some(p) => st.leases.insert(key, p),
+                None => st.leases.remove(&key),
+            };
+            self.apply_locked(&mut st, cfg).await;
+            return Err(format!("registration refused: {why}"));
+        }
+        info!(service = %reg.service, backend = %reg.backend, addr = %reg.addr, ?ttl, "instance registered");
+        Ok(format!(
+            "{}/{} registered at {} for {ttl:?} (renew before it lapses)",
+            reg.service, reg.backend, reg.addr
+        ))
+    }
+
+    /// Deregister an instance: it drains, then goes.
+    pub async fn deregister(&self, service: &str, backend: &str) -> Result<String, String> {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        if st
+            .leases
+            .remove(&(service.to_string(), backend.to_string()))
+            .is_none()
+        {
+            return Err(format!(
+                "no registered instance {backend:?} of service {service:?}"
+            ));
+        }
+        info!(%service, %backend, "instance deregistered: it drains");
+        self.apply_locked(&mut st, cfg).await;
+        Ok(format!("{service}/{backend} deregistered: draining"))
+    }
+
+    /// Apply the configuration in force (start-up and reload).
+    pub async fn apply(&self, cfg: &Config) {
+        self.cfg.store(Arc::new(cfg.clone()));
+        let mut st = self.state.lock().await;
+        self.apply_locked(&mut st, cfg).await;
+    }
+
+    /// Lapsed leases and finished drains; applied when something changed. Run every
+    /// 200 ms by [`ServiceSet::run`].
+    pub async fn tick(&self) {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        let now = Instant::now();
+        let mut changed = false;
+        let lapsed: Vec<_> = st
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in lapsed {
+            warn!(service = %k.0, backend = %k.1, "registration lease lapsed: the instance drains");
+            st.leases.remove(&k);
+            changed = true;
+        }
+        for r in st.running.values_mut() {
+            let table = r.service.router.snapshot();
+            let mut done = Vec::new();
+            r.draining.retain(|name, (_, deadline)| {
+                let busy = table.target(name).is_some_and(|t| t.outstanding() > 0);
+                let keep = busy && *deadline > now;
+                if !keep {
+                    info!(service = %r.config.name, backend = %name, "backend drained: removed");
+                    done.push(name.clone());
+                }
+                keep
+            });
+            if !done.is_empty() {
+                let specs = r.service.router.specs();
+                r.service.router.replace_backends(
+                    specs
+                        .into_iter()
+                        .filter(|s| !done.contains(&s.name))
+                        .collect(),
+                );
+            }
+        }
+        st.retiring.retain(|(r, deadline)| {
+            let busy = r
+                .service
+                .router
+                .load()
+                .targets()
+                .iter()
+                .any(|t| t.outstanding() > 0);
+            let keep = busy && *deadline > now;
+            if !keep {
+                info!(service = %r.config.name, "service drained: removed");
+                r.stop.cancel();
+                r.service.router.close_all();
+            }
+            keep
+        });
+        if changed {
+            self.apply_locked(&mut st, cfg).await;
+        }
+    }
+
+    /// The directory of service files, when there is one.
+    pub fn dir(&self) -> Option<PathBuf> {
+        self.cfg.load().discovery.dir.clone()
+    }
+
+    /// Tick until stopped.
+    pub async fn run(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.tick().await;
+        }
+    }
+
+    async fn apply_locked(&self, st: &mut State, cfg: &Config) {
+        let files: BTreeMap<PathBuf, ServiceConfig> = st
+            .files
+            .iter()
+            .filter_map(|(p, f)| f.good.clone().map(|g| (p.clone(), g)))
+            .collect();
+        let regs: Vec<Registration> = st.leases.values().map(|l| l.reg.clone()).collect();
+        let (mut desired, mut refused) = merge(&cfg.services, &files, &regs);
+        let default = cfg.default_service();
+        let mut specs = Vec::new();
+        if default {
+            specs.push(crate::config::default_route());
+        }
+        specs.extend(desired.iter().map(|d| d.config.route_spec()));
+        let (_, conflicts) = RouteTable::build(&specs);
+        for (service, errors) in conflicts {
+            if let Some(i) = desired.iter().position(|d| d.config.name == service) {
+                let d = desired.remove(i);
+                let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                refused.push(Refusal {
+                    service,
+                    origin: d.origin,
+                    backend: None,
+                    why: why.join("; "),
+                });
+            }
+        }
+        // Own listeners: bound before anything is published; one that cannot be bound
+        // refuses its service (a running one keeps its listener).
+        let mut kept = Vec::new();
+        for d in desired {
+            match self.ensure(st, cfg, &d).await {
+                Ok(()) => kept.push(d),
+                Err(why) => refused.push(Refusal {
+                    service: d.config.name.clone(),
+                    origin: d.origin.clone(),
+                    backend: None,
+                    why,
+                }),
+            }
+        }
+        let desired = kept;
+        // What went away drains.
+        let gone: Vec<String> = st
+            .running
+            .keys()
+            .filter(|n| !desired.iter().any(|d| &d.config.name == *n))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(r) = st.running.remove(&name) {
+                info!(service = %name, "service removed: not routed any more; its requests in flight finish");
+                if let Some((_, l, _)) = &r.listener {
+                    l.cancel();
+                }
+                for t in r.service.router.load().targets() {
+                    r.service.router.set_admin(t.name(), Admin::Draining);
+                }
+                st.retiring.push((r, Instant::now() + cfg.rotate.timeout));
+            }
+        }
+        for r in &refused {
+            if !st.refused.contains(r) {
+                warn!(service = %r.service, origin = %r.origin, "service refused: {}", r.why);
+            }
+        }
+        st.refused = refused;
+        self.publish(st, default);
+    }
+
+    /// Start `d`'s service or bring it up to date (backends, policy, listener).
+    async fn ensure(&self, st: &mut State, cfg: &Config, d: &Desired) -> Result<(), String> {
+        let name = d.config.name.clone();
+        let settings = Arc::new(service_settings(cfg, &d.config));
+        let health = service_health(cfg, &d.config);
+        if !st.running.contains_key(&name) {
+            let router = Arc::new(Router::new(cfg.limits.max_idle_per_backend));
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let health = Arc::new(ArcSwap::from_pointee(health.clone()));
+            let stop = self.stop.child_token();
+            let service = Arc::new(Service {
+                name: name.as_str().into(),
+                router: router.clone(),
+                settings: settings.clone(),
+                ejections: tx,
+            });
+            tokio::spawn(health::run(
+                router,
+                Arc::new(HttpChecker),
+                health.clone(),
+                rx,
+                stop.clone(),
+            ));
+            info!(service = %name, origin = %d.origin, hosts = ?d.config.hosts, paths = ?d.config.paths, "service added");
+            st.running.insert(
+                name.clone(),
+                Running {
+                    service,
+                    origin: d.origin.clone(),
+                    config: d.config.clone(),
+                    health,
+                    stop,
+                    listener: None,
+                    draining: HashMap::new(),
+                },
+            );
+        }
+        let r = st.running.get_mut(&name).expect("inserted above");
+        let wanted = d.config.listen;
+        if r.listener.as_ref().map(|l| l.0) != wanted {
+            match wanted {
+                None => {
+                    if let Some((_, l, _)) = r.listener.take() {
+                        l.cancel();
+                    }
+                }
+                Some(addr) => {
+                    let l = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                    if let Some((_, old, _)) = r.listener.take() {
+                        old.cancel();
+                    }
+                    let ctx = Arc::new(ProxyCtx::new(
+                        r.service.router.clone(),
+                        Arc::new(FrontendStats::default()),
+                        (*settings).clone(),
+                        r.service.ejections.clone(),
+                        self.stop.clone(),
+                    ));
+                    let token = r.stop.child_token();
+                    tokio::spawn(crate::proxy::serve(
+                        l,
+                        ctx.clone(),
+                        cfg.limits.max_connections,
+                        token.clone(),
+                        self.tracker.clone(),
+                    ));
+                    info!(service = %name, %addr, "service listener bound");
+                    r.listener = Some((addr, token, ctx));
+                }
+            }
+        }
+        if let Some((_, _, ctx)) = &r.listener {
+            ctx.settings.store(settings.clone());
+        }
+        r.health.store(Arc::new(health));
+        r.origin = d.origin.clone();
+        r.config = d.config.clone();
+        r.service = Arc::new(Service {
+            name: r.service.name.clone(),
+            router: r.service.router.clone(),
+            settings,
+            ejections: r.service.ejections.clone(),
+        });
+        update_backends(r, cfg);
+        Ok(())
+    }
+
+    /// Publish the route table and the report's list.
+    fn publish(&self, st: &State, default: bool) {
+        let mut list: Vec<Arc<Service>> = st.running.values().map(|r| r.service.clone()).collect();
+        let mut all: BTreeMap<String, Arc<Service>> = list
+            .iter()
+            .map(|s| (s.name.to_string(), s.clone()))
+            .collect();
+        if default {
+            let d = Arc::new(Service {
+                name: DEFAULT_SERVICE.into(),
+                router: self.proxy.router.clone(),
+                settings: self.proxy.settings.load_full(),
+                ejections: self.proxy.ejections().clone(),
+            });
+            all.insert(DEFAULT_SERVICE.into(), d.clone());
+            list.insert(0, d);
+        }
+        let mut specs = Vec::new();
+        if default {
+            specs.push(crate::config::default_route());
+        }
+        specs.extend(st.running.values().map(|r| r.config.route_spec()));
+        let (table, _) = RouteTable::build(&specs);
+        // One service taking every request: no lookup on the request path.
+        let single = default && st.running.is_empty();
+        self.proxy
+            .services
+            .store((!single).then(|| Arc::new(Services::new(table, &list))));
+        self.all.store(Arc::new(all));
+    }
+
+    /// What `gearlb ctl services` shows.
+    pub async fn report(&self) -> ServicesReport {
+        let cfg = self.cfg.load_full();
+        let st = self.state.lock().await;
+        let now = Instant::now();
+        let mut services = Vec::new();
+        if cfg.default_service() {
+            services.push(ServiceReport::of(
+                DEFAULT_SERVICE,
+                &Origin::Default,
+                &["*".to_string()],
+                &["/".to_string()],
+                None,
+                &self.proxy.router,
+                &HashMap::new(),
+                &st.leases,
+                now,
+                false,
+            ));
+        }
+        for r in st.running.values() {
+            services.push(ServiceReport::of(
+                &r.config.name,
+                &r.origin,
+                &r.config.hosts,
+                &r.config.paths,
+                r.listener.as_ref().map(|l| l.0),
+                &r.service.router,
+                &r.draining,
+                &st.leases,
+                now,
+                false,
+            ));
+        }
+        for (r, _) in &st.retiring {
+            services.push(ServiceReport::of(
+                &r.config.name,
+                &r.origin,
+                &[],
+                &[],
+                None,
+                &r.service.router,
+                &HashMap::new(),
+                &st.leases,
+                now,
+                true,
+            ));
+        }
+        let files = st
+            .files
+            .iter()
+            .map(|(p, f)| FileReport {
+                path: p.clone(),
+                service: f.good.as_ref().map(|g| g.name.clone()),
+                problem: f.problem.clone(),
+            })
+            .collect();
+        ServicesReport {
+            services,
+            refused: st.refused.clone(),
+            files,
+        }
+    }
+}
+
+/// `gearlb ctl services --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServicesReport {
+    pub services: Vec<ServiceReport>,
+    pub refused: Vec<Refusal>,
+    pub files: Vec<FileReport>,
+}
+
+mod report;
+mod running;
+pub use report::{BackendReport, FileReport, ServiceReport};
+use running::{service_health, service_settings, update_backends, Running};

@@ -1,0 +1,100 @@
+//! What `gearlb ctl services` reports of each service: its routes and where they came
+//! from, and each backend's state, load, queue and lease.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::sources::Origin;
+use super::Lease;
+use crate::routing::{BackendSpec, BackendState, Router};
+
+/// One service.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServiceReport {
+    pub name: String,
+    pub origin: Origin,
+    pub hosts: Vec<String>,
+    pub paths: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// A backend may take a request (what `/health/<service>` answers).
+    pub up: bool,
+    /// No longer defined: draining, then removed.
+    pub retiring: bool,
+    pub backends: Vec<BackendReport>,
+}
+
+/// One backend of a service.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendReport {
+    pub name: String,
+    pub addr: String,
+    pub state: BackendState,
+    pub backup: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Requests in flight.
+    pub outstanding: u64,
+    /// Requests waiting for a slot.
+    pub queued: u64,
+    /// Seconds left on its registration's lease, for a registered instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_left_s: Option<f64>,
+}
+
+/// One watched file.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileReport {
+    pub path: PathBuf,
+    /// The service it defines (its last good definition).
+    pub service: Option<String>,
+    /// Why its current content is refused.
+    pub problem: Option<String>,
+}
+
+impl ServiceReport {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn of(
+        name: &str,
+        origin: &Origin,
+        hosts: &[String],
+        paths: &[String],
+        listen: Option<SocketAddr>,
+        router: &Router,
+        _draining: &HashMap<String, (BackendSpec, Instant)>,
+        leases: &BTreeMap<(String, String), Lease>,
+        now: Instant,
+        retiring: bool,
+    ) -> Self {
+        let table = router.load();
+        let backends = table
+            .iter()
+            .map(|(e, t)| BackendReport {
+                name: e.backend.name().to_string(),
+                addr: e.backend.spec.addr.to_string(),
+                state: e.state(),
+                backup: e.backend.spec.backup,
+                max_connections: e.backend.spec.max_connections,
+                outstanding: t.outstanding(),
+                queued: t.queued.load(std::sync::atomic::Ordering::Relaxed),
+                lease_left_s: leases
+                    .get(&(name.to_string(), e.backend.name().to_string()))
+                    .map(|l| l.expires.saturating_duration_since(now).as_secs_f64()),
+            })
+            .collect();
+        ServiceReport {
+            name: name.to_string(),
+            origin: origin.clone(),
+            hosts: hosts.to_vec(),
+            paths: paths.to_vec(),
+            listen,
+            up: table.can_serve(),
+            retiring,
+            backends,
+        }
+    }
+}

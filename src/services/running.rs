@@ -1,0 +1,96 @@
+//! A running service ([`Running`]: its service as the request path sees it, its
+//! definition, supervisor and listener) and how its definition becomes its router's
+//! backends (draining the ones that go), proxy settings and health check.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::sources::Origin;
+use crate::config::{Config, ServiceConfig};
+use crate::health::HealthSettings;
+use crate::proxy::services::Service;
+use crate::proxy::{ProxyCtx, Settings};
+use crate::routing::{Admin, BackendSpec};
+
+/// A service being served (or drained, once it went away).
+pub(super) struct Running {
+    pub(super) service: Arc<Service>,
+    pub(super) origin: Origin,
+    pub(super) config: ServiceConfig,
+    pub(super) health: Arc<ArcSwap<HealthSettings>>,
+    /// Stops its supervisor (and listener).
+    pub(super) stop: CancellationToken,
+    pub(super) listener: Option<(SocketAddr, CancellationToken, Arc<ProxyCtx>)>,
+    /// Backends that went away, draining until idle or their deadline.
+    pub(super) draining: HashMap<String, (BackendSpec, Instant)>,
+}
+
+/// The backends of `r`'s router: its definition's, and those draining.
+pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
+    let wanted: Vec<BackendSpec> = r
+        .config
+        .backends
+        .iter()
+        .map(|b| BackendSpec {
+            name: b.name.clone(),
+            addr: b.addr.clone(),
+            gear_dns: None,
+            cookie: None,
+            backup: b.backup,
+            max_connections: b.max_connections,
+        })
+        .collect();
+    let deadline = Instant::now() + cfg.rotate.timeout;
+    for spec in r.service.router.specs() {
+        let still = wanted.iter().any(|w| w.name == spec.name);
+        if !still && !r.draining.contains_key(&spec.name) {
+            info!(service = %r.config.name, backend = %spec.name, "backend removed: draining");
+            r.draining.insert(spec.name.clone(), (spec, deadline));
+        }
+    }
+    r.draining
+        .retain(|name, _| !wanted.iter().any(|w| &w.name == name));
+    let mut specs = wanted.clone();
+    specs.extend(r.draining.values().map(|(s, _)| s.clone()));
+    let change = r.service.router.replace_backends(specs);
+    for name in &change.added {
+        info!(service = %r.config.name, backend = %name, "backend added");
+    }
+    for name in r.draining.keys() {
+        r.service.router.set_admin(name, Admin::Draining);
+    }
+    for w in &wanted {
+        r.service.router.set_admin(&w.name, Admin::Active);
+    }
+}
+
+/// The proxy settings of a service: the balancer's, with the service's own.
+pub(super) fn service_settings(cfg: &Config, s: &ServiceConfig) -> Settings {
+    let mut c = cfg.clone();
+    if let Some(cookie) = &s.sticky_cookie {
+        c.sticky.cookie = cookie.clone();
+    }
+    if let Some(t) = s.timeouts.connect {
+        c.timeouts.connect = t;
+    }
+    if let Some(t) = s.timeouts.server {
+        c.timeouts.server = t;
+    }
+    let mut settings = Settings::from_config(&c);
+    settings.queue_timeout = s.queue_timeout.unwrap_or(c.timeouts.connect);
+    settings
+}
+
+pub(super) fn service_health(cfg: &Config, s: &ServiceConfig) -> HealthSettings {
+    HealthSettings::from_config(&cfg.health).with_service(
+        s.health.path.as_deref(),
+        s.health.expect.as_deref(),
+        s.health.port,
+    )
+}

@@ -1,0 +1,524 @@
+//! Many services behind one balancer, end to end through a real `gearlb run` process:
+//! routes by host and path from a watched directory (edited under load, half-written,
+//! bad, deleted), backups, per-backend connection limits with their queue, instances
+//! that register themselves, and `/health/<service>`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+
+/// The body of a GET to `path` with this `Host`, or the status when it is not 200.
+async fn via(lb: &Gearlb, host: &str, path: &str) -> String {
+    match get(lb.proxy, path, &[("host", host)]).await {
+        Ok(g) if g.status == 200 => g.text(),
+        Ok(g) => format!("status {}", g.status),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+fn services(lb: &Gearlb) -> serde_json::Value {
+    let (code, out, err) = lb.ctl(&["services", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn service<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    report["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+}
+
+/// Write a file the way consul-template does: a temporary file in the same directory,
+/// then a rename over the target.
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_file_name(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn yaml_service(
+    name: &str,
+    hosts: &[&str],
+    paths: &[&str],
+    backends: &[(&str, SocketAddr)],
+) -> String {
+    let mut s = format!("name: {name}\nhosts:\n");
+    for h in hosts {
+        s.push_str(&format!("  - \"{h}\"\n"));
+    }
+    s.push_str("paths:\n");
+    for p in paths {
+        s.push_str(&format!("  - {p}\n"));
+    }
+    s.push_str("backends:\n");
+    for (n, a) in backends {
+        s.push_str(&format!("  - name: {n}\n    addr: \"{a}\"\n"));
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_from_a_watched_directory_follow_its_files() {
+    let shop = TestBackend::start("shop").await;
+    let shop_api = TestBackend::start("shop-api").await;
+    let blog = TestBackend::start("blog").await;
+    let blog2 = TestBackend::start("blog2").await;
+    let wd = workdir();
+    let sd = wd.path().join("services.d");
+    std::fs::create_dir(&sd).unwrap();
+    write_atomic(
+        &sd.join("shop.yaml"),
+        &yaml_service("shop", &["shop.example.com"], &["/"], &[("s1", shop.addr)]),
+    );
+    write_atomic(
+        &sd.join("shop-api.yml"),
+        &yaml_service(
+            "shop-api",
+            &["shop.example.com"],
+            &["/api"],
+            &[("a1", shop_api.addr)],
+        ),
+    );
+    std::fs::write(
+        sd.join("blog.toml"),
+        format!(
+            "name = \"blog\"\nhosts = [\"*.blog.example.com\"]\n[[backends]]\nname = \"b1\"\naddr = \"{}\"\n",
+            blog.addr
+        ),
+    )
+    .unwrap();
+    let extra = format!("[discovery]\ndir = \"{}\"\n", sd.display());
+    let lb = Gearlb::start(wd.path(), &config_text(wd.path(), &[], &extra));
+
+    // Three services by host and path; the host's case and port do not matter.
+    assert!(
+        eventually(Duration::from_secs(10), || services(&lb)["services"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3)
+        .await
+    );
+    assert_eq!(via(&lb, "shop.example.com", "/").await, "backend shop");
+    assert_eq!(
+        via(&lb, "SHOP.example.com:80", "/cart").await,
+        "backend shop"
+    );
+    assert_eq!(
+        via(&lb, "shop.example.com", "/api/v1/items").await,
+        "backend shop-api"
+    );
+    assert_eq!(
+        via(&lb, "shop.example.com", "/apiary").await,
+        "backend shop"
+    );
+    assert_eq!(
+        via(&lb, "me.blog.example.com", "/post").await,
+        "backend blog"
+    );
+    assert_eq!(via(&lb, "other.example.com", "/").await, "status 404");
+    let report = services(&lb);
+    let origin = &service(&report, "shop-api").unwrap()["origin"];
+    assert_eq!(origin["kind"], "file");
+    assert!(origin["path"].as_str().unwrap().ends_with("shop-api.yml"));
+
+    // An edit under steady load: the backend changes, no request fails.
+    let failures = Arc::new(AtomicU64::new(0));
+    let served = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (f, s, stop, addr) = (failures.clone(), served.clone(), stop.clone(), lb.proxy);
+        load.push(tokio::spawn(async move {
+            let c = client();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            for _ in 0..20_000 {
+                if stop.load(Ordering::Relaxed) || std::time::Instant::now() > deadline {
+                    break;
+                }
+                let req = http::Request::get(format!("http://{addr}/p"))
+                    .header("host", "x.blog.example.com")
+                    .body(full(""))
+                    .unwrap();
+                match send(&c, req).await {
+                    Ok(g) if g.status == 200 => s.fetch_add(1, Ordering::Relaxed),
+                    _ => f.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || served.load(Ordering::Relaxed)
+            > 50)
+        .await
+    );
+    std::fs::write(
+        sd.join("blog.toml"),
+        format!(
+            "name = \"blog\"\nhosts = [\"*.blog.example.com\"]\n[[backends]]\nname = \"b2\"\naddr = \"{}\"\n",
+            blog2.addr
+        ),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || blog2.requests() > 50).await,
+        "the edit took effect"
+    );
+    let before = blog.requests();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        blog.requests(),
+        before,
+        "the removed backend takes no new requests"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "requests failed during the edit"
+    );
+    // The drained backend is gone from the service.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = services(&lb);
+            let names: Vec<String> = service(&r, "blog").unwrap()["backends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["name"].as_str().unwrap().to_string())
+                .collect();
+            names == ["b2"]
+        })
+        .await
+    );
+
+    // A half-written file, then a bad one: refused with their paths; the service keeps
+    // its last good definition.
+    let shop_file = sd.join("shop.yaml");
+    std::fs::write(
+        &shop_file,
+        "name: shop\nhosts: [shop.example.com]\nbackends:\n  - name: s1\n    addr: \"127.0",
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = services(&lb);
+            r["files"].as_array().unwrap().iter().any(|f| {
+                f["path"].as_str().unwrap().ends_with("shop.yaml") && f["problem"].is_string()
+            })
+        })
+        .await
+    );
+    assert_eq!(via(&lb, "shop.example.com", "/").await, "backend shop");
+    std::fs::write(&shop_file, "name: shop\nhosts: [shop.example.com]\ncolour: blue\nbackends:\n  - name: s1\n    addr: nowhere\n").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let (_, out, _) = lb.ctl(&["services"]);
+            out.contains("shop.yaml") && out.contains("colour") && out.contains("backends[0].addr")
+        })
+        .await,
+        "every problem is listed with the file's path"
+    );
+    assert_eq!(via(&lb, "shop.example.com", "/").await, "backend shop");
+    assert!(
+        lb.log_text().contains("shop.yaml"),
+        "the refusal is logged with its path"
+    );
+
+    // A file deleted: its service stops being routed, drains, and goes.
+    std::fs::remove_file(sd.join("shop-api.yml")).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || service(
+            &services(&lb),
+            "shop-api"
+        )
+        .is_none())
+        .await
+    );
+    // The path falls back to the host's other route.
+    assert_eq!(
+        via(&lb, "shop.example.com", "/api/v1").await,
+        "backend shop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_take_traffic_only_when_every_primary_is_down_and_health_says_so() {
+    let p1 = TestBackend::start("p1").await;
+    let p2 = TestBackend::start("p2").await;
+    let backup = TestBackend::start("backup").await;
+    let wd = workdir();
+    let extra = format!(
+        "[health]\ninterval = \"100ms\"\nfall = 1\nrise = 1\n\
+         [[services]]\nname = \"app\"\nhosts = [\"app.example.com\"]\n\
+         [[services.backends]]\nname = \"p1\"\naddr = \"{}\"\n\
+         [[services.backends]]\nname = \"p2\"\naddr = \"{}\"\n\
+         [[services.backends]]\nname = \"b\"\naddr = \"{}\"\nbackup = true\n",
+        p1.addr, p2.addr, backup.addr
+    );
+    let lb = Gearlb::start(wd.path(), &config_text(wd.path(), &[], &extra));
+    let health = |lb: &Gearlb, name: &str| {
+        let url = format!("/health/{name}");
+        let addr = lb.status;
+        async move { get(addr, &url, &[]).await.map(|g| g.status).unwrap_or(0) }
+    };
+    assert_eq!(health(&lb, "app").await, 200);
+    assert_eq!(health(&lb, "nope").await, 404);
+    for _ in 0..40 {
+        assert!(via(&lb, "app.example.com", "/")
+            .await
+            .starts_with("backend p"));
+    }
+    assert_eq!(
+        backup.requests(),
+        0,
+        "a backup takes nothing while a primary is up"
+    );
+    p1.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = services(&lb);
+            service(&r, "app").unwrap()["backends"][0]["state"] == "down"
+        })
+        .await
+    );
+    for _ in 0..20 {
+        assert_eq!(via(&lb, "app.example.com", "/").await, "backend p2");
+    }
+    assert_eq!(backup.requests(), 0);
+    p2.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = services(&lb);
+            service(&r, "app").unwrap()["backends"][1]["state"] == "down"
+        })
+        .await
+    );
+    for _ in 0..10 {
+        assert_eq!(via(&lb, "app.example.com", "/").await, "backend backup");
+    }
+    assert_eq!(
+        health(&lb, "app").await,
+        200,
+        "a backup up keeps the service up"
+    );
+    backup.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let r = services(&lb);
+            service(&r, "app").unwrap()["up"] == false
+        })
+        .await
+    );
+    assert_eq!(health(&lb, "app").await, 503);
+}
+
+/// A backend that answers every request after `delay` and records the most
+/// connections it ever had open at once.
+async fn slow_backend(delay: Duration) -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let open = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let m = most.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            let open = open.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_req| async move {
+                    tokio::time::sleep(delay).await;
+                    Ok::<_, std::convert::Infallible>(http::Response::new(full("slow")))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, most)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_limit_queues_requests_and_answers_503_at_the_queue_timeout() {
+    let (addr, most) = slow_backend(Duration::from_millis(800)).await;
+    let wd = workdir();
+    let extra = format!(
+        "[[services]]\nname = \"slow\"\nhosts = [\"slow.example.com\"]\nqueue_timeout = \"1s\"\n\
+         [[services.backends]]\nname = \"s\"\naddr = \"{addr}\"\nmax_connections = 2\n"
+    );
+    let lb = Gearlb::start(wd.path(), &config_text(wd.path(), &[], &extra));
+    let mut reqs = Vec::new();
+    for _ in 0..10 {
+        let proxy = lb.proxy;
+        reqs.push(tokio::spawn(async move {
+            get(proxy, "/", &[("host", "slow.example.com")])
+                .await
+                .map(|g| g.status)
+        }));
+    }
+    let mut ok = 0;
+    let mut unavailable = 0;
+    for r in reqs {
+        match r.await.unwrap() {
+            Ok(200) => ok += 1,
+            Ok(503) => unavailable += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "the gear got {} connections at once",
+        most.load(Ordering::SeqCst)
+    );
+    // Two at once, 800 ms each, 1 s of queue: the first two and the two queued behind
+    // them are served; the others time out in the queue.
+    assert!((2..=6).contains(&ok), "served {ok}");
+    assert!(unavailable >= 4, "503 at the queue timeout: {unavailable}");
+    assert_eq!(ok + unavailable, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_register_renew_deregister_and_lapse() {
+    let a = TestBackend::start("a").await;
+    let b = TestBackend::start("b").await;
+    let wd = workdir();
+    let extra = "[[services]]\nname = \"web\"\nhosts = [\"web.example.com\"]\n";
+    let lb = Gearlb::start(wd.path(), &config_text(wd.path(), &[], extra));
+    assert_eq!(via(&lb, "api.example.com", "/").await, "status 404");
+
+    // The first instance of a new service names its routes.
+    let (code, _, err) = lb.ctl(&["register", "api", "i1", &a.addr.to_string()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--host"), "{err}");
+    let (code, out, err) = lb.ctl(&[
+        "register",
+        "api",
+        "i1",
+        &a.addr.to_string(),
+        "--host",
+        "api.example.com",
+        "--ttl",
+        "2s",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(via(&lb, "api.example.com", "/").await, "backend a");
+    // A second one joins; an instance of a configured service joins it.
+    let (code, _, err) = lb.ctl(&["register", "api", "i2", &b.addr.to_string(), "--ttl", "30s"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = lb.ctl(&["register", "web", "w1", &b.addr.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(via(&lb, "web.example.com", "/").await, "backend b");
+
+    // A route another service has is refused, naming both.
+    let (code, _, err) = lb.ctl(&[
+        "register",
+        "web2",
+        "x",
+        &a.addr.to_string(),
+        "--host",
+        "web.example.com",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("\"web\"") && err.contains("\"web2\""), "{err}");
+    let (code, _, err) = lb.ctl(&["register", "bad", "x", "nowhere"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("address"), "{err}");
+
+    // Renewal keeps i1; without it, its lease lapses and it is removed.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (code, _, err) = lb.ctl(&[
+            "register",
+            "api",
+            "i1",
+            &a.addr.to_string(),
+            "--host",
+            "api.example.com",
+            "--ttl",
+            "2s",
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let names = |lb: &Gearlb| -> Vec<String> {
+        service(&services(lb), "api").map_or(vec![], |s| {
+            s["backends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+    };
+    assert_eq!(names(&lb), ["i1", "i2"]);
+    assert!(
+        eventually(Duration::from_secs(6), || names(&lb) == ["i2"]).await,
+        "lapsed lease: {:?}",
+        names(&lb)
+    );
+    assert!(lb.log_text().contains("lease lapsed"));
+    for _ in 0..10 {
+        assert_eq!(via(&lb, "api.example.com", "/").await, "backend b");
+    }
+    // Deregistration drains the last instance, then the service goes.
+    let (code, _, err) = lb.ctl(&["deregister", "api", "i2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(Duration::from_secs(6), || service(&services(&lb), "api")
+            .is_none())
+        .await
+    );
+    assert_eq!(via(&lb, "api.example.com", "/").await, "status 404");
+    let (code, _, _) = lb.ctl(&["deregister", "api", "i2"]);
+    assert_ne!(code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_level_backends_stay_one_default_service_beside_named_ones() {
+    let app = TestBackend::start("app").await;
+    let own = TestBackend::start("own").await;
+    let wd = workdir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let extra = format!(
+        "[[services]]\nname = \"own\"\nlisten = \"{port}\"\nsticky_cookie = \"OWN\"\n\
+         [[services.backends]]\nname = \"o\"\naddr = \"{}\"\n",
+        own.addr
+    );
+    let lb = Gearlb::start(
+        wd.path(),
+        &config_text(wd.path(), &[("app", app.addr)], &extra),
+    );
+    // Every host goes to the top-level backends; the service has its own port.
+    assert_eq!(via(&lb, "anything.example.com", "/").await, "backend app");
+    let got = get(port, "/", &[]).await.unwrap();
+    assert_eq!(got.text(), "backend own");
+    let cookie = got.headers.get("set-cookie").unwrap().to_str().unwrap();
+    assert!(cookie.starts_with("OWN=o"), "{cookie}");
+    assert_eq!(
+        get(lb.status, "/health/default", &[]).await.unwrap().status,
+        200
+    );
+    assert_eq!(
+        get(lb.status, "/health/own", &[]).await.unwrap().status,
+        200
+    );
+}
