@@ -18,11 +18,8 @@ use crate::app::Server;
 use crate::config::{self, ProcessEnv, EXIT_CONFIG};
 use crate::memory;
 
-/// Exit code when the balancer cannot be reached (sysexits `EX_UNAVAILABLE`).
-pub const EXIT_UNAVAILABLE: i32 = 69;
-
 mod ctl;
-use ctl::ctl;
+pub use ctl::{CtlCommand, EXIT_UNAVAILABLE};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -111,87 +108,6 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum CtlCommand {
-    /// Show frontend and backend status.
-    Status {
-        /// Print the JSON report instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Replace the set of web gears: entries `<gear-dns>|<host>:<port>`, as one word
-    /// with spaces or as many words.
-    UpdateCluster {
-        #[arg(allow_hyphen_values = true)]
-        entries: Vec<String>,
-    },
-    /// Show the peer balancers: live or not, their load.
-    Peers {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Replace the known peer balancers: entries `'uuid'='uuid|host:port'` (the
-    /// subscriber hook's format), as one word with spaces or as many words.
-    SetPeers {
-        #[arg(allow_hyphen_values = true)]
-        entries: Vec<String>,
-    },
-    /// Take a web gear out of rotation on every balancer, wait until all live ones
-    /// stopped sending it traffic (drained), and print the result.
-    RotateOut {
-        /// Gear uuid, gear name, or server name.
-        gear: String,
-        /// Drain deadline: what is still running then is cut (default rotate.timeout).
-        #[arg(long)]
-        timeout: Option<String>,
-        /// Accepted for compatibility: rotation always persists until rotate-in.
-        #[arg(long)]
-        persist: bool,
-        /// Print only the JSON result on stdout.
-        #[arg(long)]
-        as_json: bool,
-    },
-    /// Put a web gear back in rotation on every balancer.
-    RotateIn {
-        gear: String,
-        #[arg(long)]
-        persist: bool,
-        #[arg(long)]
-        as_json: bool,
-    },
-    /// Ask the broker for one more (`up`) or one less (`down`) web gear, now.
-    Scale {
-        /// `up` or `down`.
-        direction: String,
-    },
-    /// Re-read the configuration file and environment without a restart.
-    Reload,
-    /// Show the services: routes, where they came from, backends.
-    Services {
-        #[arg(long)]
-        json: bool,
-    },
-    /// Announce an instance of a service (or renew its lease): it takes requests until
-    /// it deregisters or its lease lapses.
-    Register {
-        service: String,
-        backend: String,
-        /// `host:port` the instance serves on.
-        addr: String,
-        /// Lease (default discovery.ttl); register again before it lapses.
-        #[arg(long)]
-        ttl: Option<String>,
-        /// A host the service answers for (first instance of a new service); repeat.
-        #[arg(long = "host")]
-        hosts: Vec<String>,
-        /// A path prefix of the service (default /); repeat.
-        #[arg(long = "path")]
-        paths: Vec<String>,
-    },
-    /// Take an instance out: it drains, then goes.
-    Deregister { service: String, backend: String },
-}
-
 /// Parse arguments, run, and return the process exit code. `release` returns the calling
 /// thread's freed heap memory to the system; `run` calls it from idle worker threads
 /// (see [`crate::memory`]).
@@ -228,7 +144,10 @@ pub fn main(release: Option<memory::Release>) -> i32 {
             socket,
             config,
             command,
-        } => ctl(socket, config.as_deref(), command),
+        } => match socket.ok_or(()).or_else(|()| ctl_socket(config.as_deref())) {
+            Ok(socket) => ctl::ctl(&socket, command),
+            Err(code) => code,
+        },
     }
 }
 
@@ -440,4 +359,16 @@ fn demo() -> i32 {
             }
         }
     })
+}
+
+/// The control socket `ctl` talks to when `--socket` is not given: the
+/// configuration's.
+fn ctl_socket(config_flag: Option<&Path>) -> Result<PathBuf, i32> {
+    match load_config(config_flag) {
+        Ok(c) => Ok(c.control.socket),
+        Err(code) => {
+            eprintln!("gearlb: give --socket, or a valid --config to find the control socket");
+            Err(code)
+        }
+    }
 }

@@ -522,3 +522,103 @@ async fn top_level_backends_stay_one_default_service_beside_named_ones() {
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_balancers_of_a_cluster_route_a_registered_service_identically() {
+    let app = TestBackend::start("app").await;
+    let a = TestBackend::start("a").await;
+    let b = TestBackend::start("b").await;
+    let (_dirs, lbs) = cluster_of(2, &[&app], "").await;
+    let routes = |lb: &Gearlb| -> Vec<(String, Vec<String>)> {
+        services(lb)["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let backends = s["backends"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| format!("{} {}", b["name"], b["addr"]))
+                    .collect();
+                (
+                    format!("{} {} {}", s["name"], s["hosts"], s["paths"]),
+                    backends,
+                )
+            })
+            .collect()
+    };
+    // Registered with the first balancer: both route it within a gossip round or two.
+    let (code, _, err) = lbs[0].ctl(&[
+        "register",
+        "api",
+        "i1",
+        &a.addr.to_string(),
+        "--host",
+        "api.example.com",
+        "--path",
+        "/v1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(Duration::from_secs(3), || service(
+            &services(&lbs[1]),
+            "api"
+        )
+        .is_some())
+        .await
+    );
+    assert_eq!(via(&lbs[1], "api.example.com", "/v1/x").await, "backend a");
+    assert_eq!(
+        via(&lbs[1], "api.example.com", "/other").await,
+        "backend app"
+    );
+    // A second instance, registered with the other balancer, joins on both.
+    let (code, _, err) = lbs[1].ctl(&["register", "api", "i2", &b.addr.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(Duration::from_secs(3), || routes(&lbs[0])
+            == routes(&lbs[1])
+            && routes(&lbs[0]).iter().any(|(_, b)| b.len() == 2))
+        .await,
+        "{:?} / {:?}",
+        routes(&lbs[0]),
+        routes(&lbs[1])
+    );
+    for lb in &lbs {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            seen.insert(via(lb, "api.example.com", "/v1").await);
+        }
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            ["backend a", "backend b"]
+        );
+    }
+    // A conflicting route is refused at either balancer.
+    let (code, _, err) = lbs[1].ctl(&[
+        "register",
+        "api2",
+        "x",
+        &a.addr.to_string(),
+        "--host",
+        "api.example.com",
+        "--path",
+        "/v1",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("\"api\""), "{err}");
+    // Deregistered where it registered: gone from both.
+    let (code, _, err) = lbs[0].ctl(&["deregister", "api", "i1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let r = routes(&lbs[0]);
+            r == routes(&lbs[1]) && r.iter().any(|(s, b)| s.contains("api") && b.len() == 1)
+        })
+        .await
+    );
+    for lb in &lbs {
+        assert_eq!(via(lb, "api.example.com", "/v1").await, "backend b");
+    }
+}

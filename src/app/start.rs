@@ -320,7 +320,11 @@ pub(super) fn assemble(
         rotation_counters,
     };
     let proxy = Arc::new(proxy);
-    let services = Arc::new(crate::services::ServiceSet::new(proxy.clone(), &cfg));
+    let services = Arc::new(crate::services::ServiceSet::new(
+        proxy.clone(),
+        &cfg,
+        &self_id,
+    ));
     Ok(Arc::new(App {
         services,
         id: Identity::of(&cfg, self_id),

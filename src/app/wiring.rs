@@ -212,10 +212,17 @@ impl Server {
             )
         });
         let services_task = tokio::spawn(app.services.clone().run());
+        let share_task = app.cluster.clone().map(|c| {
+            tokio::spawn(crate::services::gossip::share(
+                app.services.clone(),
+                c,
+                stop.clone(),
+            ))
+        });
         let watch_task = app
             .services
             .dir()
-            .map(|dir| tokio::spawn(crate::services::watch_dir(app.services.clone(), dir)));
+            .map(|dir| tokio::spawn(crate::services::watch::watch_dir(app.services.clone(), dir)));
         let proxy_task = tokio::spawn(proxy::serve(
             self.proxy_listener,
             app.proxy.clone(),
@@ -277,6 +284,9 @@ impl Server {
         let _ = sampler.await;
         tracker.close();
         let _ = services_task.await;
+        if let Some(t) = share_task {
+            let _ = t.await;
+        }
         if let Some(t) = watch_task {
             let _ = t.await;
         }

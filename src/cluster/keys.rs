@@ -22,6 +22,8 @@
 //! | `scaler`      | who this balancer believes the scaler is                           |
 //! | `acts`        | `1` while this balancer acts as the scaler, else `0`               |
 //! | `scale`       | the last scale event this balancer made, JSON                       |
+//! | `sf:<name>`   | a service this balancer reads from a watched file, JSON             |
+//! | `sr:<s>/<b>`  | an instance registered here (service `s`, backend `b`), JSON        |
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -43,6 +45,8 @@ pub const ACK_PREFIX: &str = "ack:";
 pub const SCALER: &str = "scaler";
 pub const ACTS: &str = "acts";
 pub const SCALE: &str = "scale";
+pub const SERVICE_FILE_PREFIX: &str = "sf:";
+pub const REGISTRATION_PREFIX: &str = "sr:";
 
 /// The down-report bucket of a gear.
 pub fn bucket(label: &str) -> u64 {

@@ -255,6 +255,42 @@ impl Cluster {
             .await;
     }
 
+    /// Delete one of this node's keys (a tombstone that gossip spreads).
+    pub async fn unpublish(&self, key: &str) {
+        self.handle
+            .with_chitchat(|c| c.self_node_state().delete(key))
+            .await;
+    }
+
+    /// The keys under `prefix` that each live peer publishes: (peer id, key, value).
+    pub async fn peer_keys(&self, prefix: &str) -> Vec<(String, String, String)> {
+        let view = self.view();
+        let live: std::collections::HashSet<&str> = view.live.iter().map(String::as_str).collect();
+        let me = self.self_id.clone();
+        self.handle
+            .with_chitchat(|c| {
+                // A restarted peer's earlier incarnation may linger: its newest counts.
+                let mut newest: HashMap<&str, (&ChitchatId, &chitchat::NodeState)> = HashMap::new();
+                for (id, ns) in c.node_states() {
+                    if *id.node_id == *me || !live.contains(&*id.node_id) {
+                        continue;
+                    }
+                    let e = newest.entry(&*id.node_id).or_insert((id, ns));
+                    if id.generation_id > e.0.generation_id {
+                        *e = (id, ns);
+                    }
+                }
+                let mut out = Vec::new();
+                for (id, ns) in newest.into_values() {
+                    for (k, v) in ns.iter_prefix(prefix) {
+                        out.push((id.node_id.to_string(), k.to_string(), v.value.clone()));
+                    }
+                }
+                out
+            })
+            .await
+    }
+
     /// Gossip with every live peer now rather than at the next random round: the
     /// balancer that takes a rotate command does it once, so that every peer has the
     /// op after one round trip.

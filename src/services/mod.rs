@@ -11,10 +11,9 @@
 //! requests, in-flight ones finish) within `rotate.timeout`, then goes; a service that
 //! goes away stops being routed at once and is dropped once drained.
 
+pub mod gossip;
 pub mod sources;
-mod watch;
-
-pub use watch::watch_dir;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -34,7 +33,7 @@ use crate::proxy::services::{Service, Services};
 use crate::proxy::ProxyCtx;
 use crate::routing::routes::RouteTable;
 use crate::routing::{Admin, Router};
-use crate::stats::FrontendStats;
+pub use sources::registration;
 use sources::{merge, Desired, Origin, Refusal, Registration};
 
 /// A watched file as last read.
@@ -46,13 +45,18 @@ pub struct FileState {
     pub problem: Option<String>,
 }
 
-struct Lease {
-    reg: Registration,
-    expires: Instant,
+/// What the cluster's other balancers share: their file services and registrations.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Remote {
+    /// (balancer, path, service).
+    pub files: Vec<(String, PathBuf, ServiceConfig)>,
+    /// (balancer, registration).
+    pub regs: Vec<(String, Registration)>,
 }
 
 #[derive(Default)]
 struct State {
+    remote: Remote,
     files: BTreeMap<PathBuf, FileState>,
     leases: BTreeMap<(String, String), Lease>,
     running: BTreeMap<String, Running>,
@@ -61,55 +65,10 @@ struct State {
     refused: Vec<Refusal>,
 }
 
-/// A registration as asked for, checked: names, address, routes, lease (1 s to 1 day).
-pub fn registration(
-    service: String,
-    backend: String,
-    addr: &str,
-    hosts: Vec<String>,
-    paths: Vec<String>,
-    ttl: Duration,
-) -> Result<Registration, String> {
-    let mut problems = Vec::new();
-    if !crate::config::is_service_name(&service) {
-        problems.push(format!(
-            "service {service:?}: letters, digits, '-', '_' and '.'"
-        ));
-    }
-    if !crate::gear::is_backend_name(&backend) {
-        problems.push(format!(
-            "backend {backend:?}: letters, digits, '-', '_' and '.'"
-        ));
-    }
-    let addr = addr
-        .parse::<crate::gear::Addr>()
-        .map_err(|e| problems.push(format!("address: {e}")))
-        .ok();
-    for h in &hosts {
-        if let Err(e) = crate::routing::routes::HostPattern::parse(h) {
-            problems.push(e);
-        }
-    }
-    for p in paths.iter().filter(|p| !p.starts_with('/')) {
-        problems.push(format!("path {p:?} does not start with '/'"));
-    }
-    if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&ttl) {
-        problems.push(format!("lease {ttl:?}: from 1s to 1 day"));
-    }
-    match addr {
-        Some(addr) if problems.is_empty() => Ok(Registration {
-            service,
-            backend,
-            addr,
-            hosts,
-            paths,
-        }),
-        _ => Err(format!("registration refused: {}", problems.join("; "))),
-    }
-}
-
 /// Every service of a balancer (see the module doc).
 pub struct ServiceSet {
+    /// This balancer's id in the cluster ("self" alone).
+    self_id: String,
     proxy: Arc<ProxyCtx>,
     state: tokio::sync::Mutex<State>,
     /// Every service by name (the default one too), for reports and `/health/<name>`.
@@ -122,8 +81,9 @@ pub struct ServiceSet {
 
 impl ServiceSet {
     /// The services of `proxy`'s listener (its router is the default service's).
-    pub fn new(proxy: Arc<ProxyCtx>, cfg: &Config) -> Self {
+    pub fn new(proxy: Arc<ProxyCtx>, cfg: &Config, self_id: &str) -> Self {
         ServiceSet {
+            self_id: self_id.to_string(),
             proxy,
             state: Default::default(),
             all: ArcSwap::from_pointee(BTreeMap::new()),
@@ -177,6 +137,36 @@ impl ServiceSet {
         }
         st.files = files;
         self.apply_locked(&mut st, cfg).await;
+    }
+
+    /// What the other balancers share now (see [`gossip`]); applied when it changed.
+    pub async fn set_remote(&self, remote: Remote) {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        if st.remote != remote {
+            st.remote = remote;
+            self.apply_locked(&mut st, cfg).await;
+        }
+    }
+
+    /// What this balancer shares with the others: the gossip keys of its file
+    /// services and of the instances registered here.
+    pub async fn local_keys(&self) -> BTreeMap<String, String> {
+        use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX};
+        let st = self.state.lock().await;
+        let mut out = BTreeMap::new();
+        for (path, f) in &st.files {
+            if let Some(g) = &f.good {
+                let v = serde_json::json!({ "path": path, "service": g });
+                out.insert(format!("{SERVICE_FILE_PREFIX}{}", g.name), v.to_string());
+            }
+        }
+        for ((service, backend), l) in &st.leases {
+            if let Ok(v) = serde_json::to_string(&l.reg) {
+                out.insert(format!("{REGISTRATION_PREFIX}{service}/{backend}"), v);
+            }
+        }
+        out
     }
 
     /// Register (or renew) an instance; the reply says until when. Refused with why
@@ -342,13 +332,22 @@ impl ServiceSet {
     }
 
     async fn apply_locked(&self, st: &mut State, cfg: &Config) {
-        let files: BTreeMap<PathBuf, ServiceConfig> = st
+        let mut all_files: Vec<(String, PathBuf, ServiceConfig)> = st
             .files
             .iter()
-            .filter_map(|(p, f)| f.good.clone().map(|g| (p.clone(), g)))
+            .filter_map(|(p, f)| Some((self.self_id.clone(), p.clone(), f.good.clone()?)))
             .collect();
-        let regs: Vec<Registration> = st.leases.values().map(|l| l.reg.clone()).collect();
-        let (mut desired, mut refused) = merge(&cfg.services, &files, &regs);
+        all_files.extend(st.remote.files.iter().cloned());
+        let (files, mut refused) = sources::order_files(all_files, &self.self_id);
+        let mut all_regs: Vec<(String, Registration)> = st
+            .leases
+            .values()
+            .map(|l| (self.self_id.clone(), l.reg.clone()))
+            .collect();
+        all_regs.extend(st.remote.regs.iter().cloned());
+        let regs = sources::order_registrations(all_regs);
+        let (mut desired, merged_refused) = merge(&cfg.services, &files, &regs);
+        refused.extend(merged_refused);
         let default = cfg.default_service();
         let mut specs = Vec::new();
         if default {
@@ -458,29 +457,12 @@ impl ServiceSet {
                     }
                 }
                 Some(addr) => {
-                    let l = tokio::net::TcpListener::bind(addr)
-                        .await
-                        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                    let listener = running::bind_listener(addr, &settings).await?;
                     if let Some((_, old, _)) = r.listener.take() {
                         old.cancel();
                     }
-                    let ctx = Arc::new(ProxyCtx::new(
-                        r.service.router.clone(),
-                        Arc::new(FrontendStats::default()),
-                        (*settings).clone(),
-                        r.service.ejections.clone(),
-                        self.stop.clone(),
-                    ));
-                    let token = r.stop.child_token();
-                    tokio::spawn(crate::proxy::serve(
-                        l,
-                        ctx.clone(),
-                        cfg.limits.max_connections,
-                        token.clone(),
-                        self.tracker.clone(),
-                    ));
+                    r.listener = Some(listener.serve(r, cfg, &self.stop, &self.tracker));
                     info!(service = %name, %addr, "service listener bound");
-                    r.listener = Some((addr, token, ctx));
                 }
             }
         }
@@ -607,4 +589,4 @@ pub struct ServicesReport {
 mod report;
 mod running;
 pub use report::{BackendReport, FileReport, ServiceReport};
-use running::{service_health, service_settings, update_backends, Running};
+use running::{service_health, service_settings, update_backends, Lease, Running};

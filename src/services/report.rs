@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::running::Lease;
 use super::sources::Origin;
-use super::Lease;
 use crate::routing::{BackendSpec, BackendState, Router};
 
 /// One service.

@@ -18,6 +18,12 @@ use crate::proxy::services::Service;
 use crate::proxy::{ProxyCtx, Settings};
 use crate::routing::{Admin, BackendSpec};
 
+/// A registration and when its lease lapses.
+pub(super) struct Lease {
+    pub(super) reg: super::sources::Registration,
+    pub(super) expires: Instant,
+}
+
 /// A service being served (or drained, once it went away).
 pub(super) struct Running {
     pub(super) service: Arc<Service>,
@@ -93,4 +99,54 @@ pub(super) fn service_health(cfg: &Config, s: &ServiceConfig) -> HealthSettings 
         s.health.expect.as_deref(),
         s.health.port,
     )
+}
+
+/// A service's own listener, bound and not yet serving.
+pub(super) struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    settings: Arc<Settings>,
+}
+
+/// Bind a service's own listener (the caller keeps serving the old one when it fails).
+pub(super) async fn bind_listener(
+    addr: SocketAddr,
+    settings: &Arc<Settings>,
+) -> Result<Bound, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(Bound {
+        listener,
+        addr,
+        settings: settings.clone(),
+    })
+}
+
+impl Bound {
+    /// Serve it for `r`'s service until its service stops or it is replaced.
+    pub(super) fn serve(
+        self,
+        r: &Running,
+        cfg: &Config,
+        stop: &CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> (SocketAddr, CancellationToken, Arc<ProxyCtx>) {
+        let ctx = Arc::new(ProxyCtx::new(
+            r.service.router.clone(),
+            Arc::new(crate::stats::FrontendStats::default()),
+            (*self.settings).clone(),
+            r.service.ejections.clone(),
+            stop.clone(),
+        ));
+        let token = r.stop.child_token();
+        tokio::spawn(crate::proxy::serve(
+            self.listener,
+            ctx.clone(),
+            cfg.limits.max_connections,
+            token.clone(),
+            tracker.clone(),
+        ));
+        (self.addr, token, ctx)
+    }
 }

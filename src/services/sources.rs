@@ -1,11 +1,15 @@
-//! The four sources of services merged into one list (pure): the configuration's
-//! `[[services]]` first, then the watched files (by path), then the registrations of
-//! instances. A later source never takes a name an earlier one defines: a file naming
-//! a configured service is refused; an instance registered to a defined service joins
-//! its backends (its routes are the definition's, so it may not give others).
+//! The sources of services merged into one list (pure): the configuration's
+//! `[[services]]` first, then the services of watched files (this balancer's and its
+//! peers', by name), then the registrations of instances (here or at a peer). A later
+//! source never takes a name an earlier one defines: a file naming a configured service
+//! is refused; an instance registered to a defined service joins its backends (its
+//! routes are the definition's, so it may not give others).
+//!
+//! Every balancer of a cluster merges the same inputs in the same order
+//! ([`order_files`], [`order_registrations`]), so they all route the same way.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -38,7 +42,7 @@ impl std::fmt::Display for Origin {
 }
 
 /// One registered instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Registration {
     pub service: String,
     pub backend: String,
@@ -69,7 +73,7 @@ pub struct Refusal {
 /// Merge the sources, in precedence order; every refusal is returned.
 pub fn merge(
     config: &[ServiceConfig],
-    files: &BTreeMap<PathBuf, ServiceConfig>,
+    files: &[(Origin, ServiceConfig)],
     registrations: &[Registration],
 ) -> (Vec<Desired>, Vec<Refusal>) {
     let mut out: Vec<Desired> = config
@@ -80,11 +84,11 @@ pub fn merge(
         })
         .collect();
     let mut refused = Vec::new();
-    for (path, s) in files {
+    for (origin, s) in files {
         if let Some(first) = out.iter().find(|d| d.config.name == s.name) {
             refused.push(Refusal {
                 service: s.name.clone(),
-                origin: Origin::File(path.clone()),
+                origin: origin.clone(),
                 backend: None,
                 why: format!(
                     "service {:?} is already defined by {}",
@@ -95,7 +99,7 @@ pub fn merge(
         }
         out.push(Desired {
             config: s.clone(),
-            origin: Origin::File(path.clone()),
+            origin: origin.clone(),
         });
     }
     for r in registrations {
@@ -157,6 +161,111 @@ pub fn merge(
     (out, refused)
 }
 
+/// File services from every balancer (`(balancer, path, service)`, this one's
+/// included) in the order every balancer merges them: by service name, then balancer
+/// and path. The same definition from several balancers (consul-template renders the
+/// same files on every host) counts once; a different one is refused.
+pub fn order_files(
+    mut all: Vec<(String, PathBuf, ServiceConfig)>,
+    self_id: &str,
+) -> (Vec<(Origin, ServiceConfig)>, Vec<Refusal>) {
+    all.sort_by(|a, b| (&a.2.name, &a.0, &a.1).cmp(&(&b.2.name, &b.0, &b.1)));
+    let mut out: Vec<(Origin, ServiceConfig)> = Vec::new();
+    let mut refused = Vec::new();
+    for (node, path, s) in all {
+        let origin = if node == self_id {
+            Origin::File(path)
+        } else {
+            Origin::File(PathBuf::from(format!("{node}:{}", path.display())))
+        };
+        match out.last() {
+            Some((_, prev)) if prev.name == s.name && *prev == s => {}
+            Some((first, prev)) if prev.name == s.name => refused.push(Refusal {
+                service: s.name.clone(),
+                origin,
+                backend: None,
+                why: format!("service {:?} is defined differently by {first}", s.name),
+            }),
+            _ => out.push((origin, s)),
+        }
+    }
+    (out, refused)
+}
+
+/// Registrations from every balancer (`(balancer, registration)`), in the order every
+/// balancer merges them: by service, those that name routes first, then by backend;
+/// one instance registered at two balancers counts once (the lower balancer id's).
+pub fn order_registrations(mut all: Vec<(String, Registration)>) -> Vec<Registration> {
+    all.sort_by(|a, b| {
+        let key = |x: &(String, Registration)| {
+            (
+                x.1.service.clone(),
+                x.1.hosts.is_empty(),
+                x.1.backend.clone(),
+                x.0.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut out: Vec<Registration> = Vec::new();
+    for (_, r) in all {
+        if !out
+            .iter()
+            .any(|o| o.service == r.service && o.backend == r.backend)
+        {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// A registration as asked for, checked: names, address, routes, lease (1 s to 1 day).
+pub fn registration(
+    service: String,
+    backend: String,
+    addr: &str,
+    hosts: Vec<String>,
+    paths: Vec<String>,
+    ttl: Duration,
+) -> Result<Registration, String> {
+    let mut problems = Vec::new();
+    if !crate::config::is_service_name(&service) {
+        problems.push(format!(
+            "service {service:?}: letters, digits, '-', '_' and '.'"
+        ));
+    }
+    if !crate::gear::is_backend_name(&backend) {
+        problems.push(format!(
+            "backend {backend:?}: letters, digits, '-', '_' and '.'"
+        ));
+    }
+    let addr = addr
+        .parse::<crate::gear::Addr>()
+        .map_err(|e| problems.push(format!("address: {e}")))
+        .ok();
+    for h in &hosts {
+        if let Err(e) = crate::routing::routes::HostPattern::parse(h) {
+            problems.push(e);
+        }
+    }
+    for p in paths.iter().filter(|p| !p.starts_with('/')) {
+        problems.push(format!("path {p:?} does not start with '/'"));
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&ttl) {
+        problems.push(format!("lease {ttl:?}: from 1s to 1 day"));
+    }
+    match addr {
+        Some(addr) if problems.is_empty() => Ok(Registration {
+            service,
+            backend,
+            addr,
+            hosts,
+            paths,
+        }),
+        _ => Err(format!("registration refused: {}", problems.join("; "))),
+    }
+}
+
 fn backend_of(r: &Registration) -> ServiceBackend {
     ServiceBackend {
         name: r.backend.clone(),
@@ -196,10 +305,16 @@ mod tests {
 
     #[test]
     fn a_file_cannot_take_a_configured_name() {
-        let files = BTreeMap::from([
-            (PathBuf::from("/d/a.yaml"), service("shop", "x.example.com")),
-            (PathBuf::from("/d/b.yaml"), service("blog", "b.example.com")),
-        ]);
+        let files = [
+            (
+                Origin::File("/d/a.yaml".into()),
+                service("shop", "x.example.com"),
+            ),
+            (
+                Origin::File("/d/b.yaml".into()),
+                service("blog", "b.example.com"),
+            ),
+        ];
         let (out, refused) = merge(&[service("shop", "shop.example.com")], &files, &[]);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].config.hosts, ["shop.example.com"]);
@@ -218,11 +333,7 @@ mod tests {
             reg("ghost", "g1", &[]),
             reg("shop", "i2", &["elsewhere.example.com"]),
         ];
-        let (out, refused) = merge(
-            &[service("shop", "shop.example.com")],
-            &BTreeMap::new(),
-            &regs,
-        );
+        let (out, refused) = merge(&[service("shop", "shop.example.com")], &[], &regs);
         let names = |d: &Desired| -> Vec<String> {
             d.config.backends.iter().map(|b| b.name.clone()).collect()
         };
@@ -237,5 +348,38 @@ mod tests {
         assert_eq!(why[0].0, "a3");
         assert!(why[1].1.contains("--host"));
         assert!(why[2].1.contains("configuration file"));
+    }
+
+    #[test]
+    fn every_balancer_orders_the_same_inputs_the_same_way() {
+        let a = service("api", "a.example.com");
+        let mut b = service("api", "b.example.com");
+        let inputs = vec![
+            ("lb2".to_string(), PathBuf::from("/d/api.yaml"), a.clone()),
+            ("lb1".to_string(), PathBuf::from("/d/api.yaml"), a.clone()),
+            ("lb3".to_string(), PathBuf::from("/d/x.yaml"), b.clone()),
+        ];
+        let (files1, refused1) = order_files(inputs.clone(), "lb1");
+        let mut reversed = inputs.clone();
+        reversed.reverse();
+        let (files2, refused2) = order_files(reversed, "lb2");
+        assert_eq!(files1.len(), 1, "the same definition twice counts once");
+        assert_eq!(files1[0].1, files2[0].1);
+        assert_eq!(
+            files1[0].0,
+            Origin::File("/d/api.yaml".into()),
+            "lb1's own file"
+        );
+        assert_eq!(files2[0].0, Origin::File("lb1:/d/api.yaml".into()));
+        assert_eq!((refused1.len(), refused2.len()), (1, 1));
+        b.name = "other".into();
+        let regs = vec![
+            ("lb2".to_string(), reg("api", "i2", &[])),
+            ("lb1".to_string(), reg("api", "i9", &["api.example.com"])),
+            ("lb1".to_string(), reg("api", "i2", &[])),
+        ];
+        let ordered = order_registrations(regs);
+        let names: Vec<&str> = ordered.iter().map(|r| r.backend.as_str()).collect();
+        assert_eq!(names, ["i9", "i2"], "routes first; one instance once");
     }
 }

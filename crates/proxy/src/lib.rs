@@ -63,6 +63,7 @@ mod respond;
 pub mod router;
 pub mod services;
 mod session;
+mod settings;
 mod shared;
 pub mod stats;
 pub mod tls;

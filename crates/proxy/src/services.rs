@@ -10,7 +10,7 @@ use gearlb_core::routing::routes::RouteTable;
 
 use crate::health::EjectSender;
 use crate::router::Router;
-use crate::shared::Settings;
+use crate::settings::Settings;
 
 /// One service as the request path sees it.
 pub struct Service {

@@ -3,30 +3,12 @@
 
 use std::path::PathBuf;
 
-use super::problem::{ConfigErrors, Problem};
+use super::problem::Problem;
 use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
 use super::schema::{Carrier, HealthConfig, TlsConfig};
 use super::service::read_service;
 use crate::gear::{is_backend_name, Addr};
-
-/// The file's text as a TOML table; a syntax error is one problem naming its line.
-pub(super) fn parse(text: &str) -> Result<toml::Table, ConfigErrors> {
-    text.parse().map_err(|e: toml::de::Error| {
-        let message = e.message().to_string();
-        let path = match e.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].lines().count().max(1);
-                format!("line {line}")
-            }
-            None => "file".to_string(),
-        };
-        ConfigErrors(vec![Problem {
-            path,
-            message: format!("not valid TOML: {message}"),
-        }])
-    })
-}
 
 const SECTIONS: &[&str] = &[
     "runtime",

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::env::{apply_env, Env};
-use super::file::{parse, read_file};
+use super::file::read_file;
 use super::problem::{ConfigErrors, Problem};
+use super::reader::parse;
 use super::schema::Config;
 use super::validate::validate;
 

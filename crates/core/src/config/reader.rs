@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::duration::parse_duration;
-use super::problem::Problem;
+use super::problem::{ConfigErrors, Problem};
 use super::schema::ForwardedHeaders;
 
 /// Reads typed keys out of one TOML table, remembering which keys it was asked for so
@@ -203,4 +203,22 @@ impl<'a> Reader<'a> {
             });
         }
     }
+}
+
+/// The file's text as a TOML table; a syntax error is one problem naming its line.
+pub(super) fn parse(text: &str) -> Result<toml::Table, ConfigErrors> {
+    text.parse().map_err(|e: toml::de::Error| {
+        let message = e.message().to_string();
+        let path = match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].lines().count().max(1);
+                format!("line {line}")
+            }
+            None => "file".to_string(),
+        };
+        ConfigErrors(vec![Problem {
+            path,
+            message: format!("not valid TOML: {message}"),
+        }])
+    })
 }

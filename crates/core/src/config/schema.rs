@@ -40,7 +40,7 @@ pub struct Config {
     pub gear: GearIdentity,
     /// `[[services]]`: named services routed by host and path (see
     /// [`super::service`]).
-    pub services: Vec<super::service::ServiceConfig>,
+    pub services: Vec<super::service::types::ServiceConfig>,
     /// Where services come from besides this file.
     pub discovery: DiscoveryConfig,
 }
@@ -70,8 +70,7 @@ impl Config {
     }
 }
 
-/// The name of the service of the top-level backends.
-pub const DEFAULT_SERVICE: &str = "default";
+pub use super::service::types::DEFAULT_SERVICE;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {

@@ -10,93 +10,19 @@
 //! `port`), `[timeouts]` (`connect`, `server`) and `[[backends]]` (`name`, `addr`,
 //! `backup`, `max_connections`).
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
+
+pub(super) mod types;
+
+pub use types::{
+    default_route, is_service_name, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts,
+};
 
 use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
 use crate::gear::{is_backend_name, Addr};
-use crate::routing::routes::{HostPattern, RouteSpec};
-
-/// One service as configured.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ServiceConfig {
-    pub name: String,
-    /// Host patterns as written (each valid for [`HostPattern::parse`]).
-    pub hosts: Vec<String>,
-    /// Path prefixes, each starting with `/`.
-    pub paths: Vec<String>,
-    /// A listener of its own: every request on it goes to this service.
-    pub listen: Option<SocketAddr>,
-    /// The sticky cookie's name for this service (default: `sticky.cookie`).
-    pub sticky_cookie: Option<String>,
-    /// How long a request waits for a backend slot (`max_connections`) before a 503;
-    /// default `timeouts.connect`, as HAProxy's `timeout queue`.
-    pub queue_timeout: Option<Duration>,
-    pub health: ServiceHealth,
-    pub timeouts: ServiceTimeouts,
-    pub backends: Vec<ServiceBackend>,
-}
-
-/// A service's health check, where it differs from `[health]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ServiceHealth {
-    /// The path checked (`health.uri`).
-    pub path: Option<String>,
-    /// Expected status, a regular expression (`health.expect`).
-    pub expect: Option<String>,
-    /// The port checked, when it is not the traffic port (seed 004's `port + 1`).
-    pub port: Option<u16>,
-}
-
-/// A service's timeouts, where they differ from `[timeouts]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ServiceTimeouts {
-    pub connect: Option<Duration>,
-    pub server: Option<Duration>,
-}
-
-/// One backend of a service.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ServiceBackend {
-    pub name: String,
-    pub addr: Addr,
-    /// Takes requests only when no other backend of the service is up.
-    pub backup: bool,
-    /// At most this many requests at once; more wait in a FIFO queue.
-    pub max_connections: Option<u32>,
-}
-
-impl ServiceConfig {
-    /// The service's claims for the route table (hosts already checked when read).
-    pub fn route_spec(&self) -> RouteSpec {
-        RouteSpec {
-            service: self.name.clone(),
-            hosts: self
-                .hosts
-                .iter()
-                .filter_map(|h| HostPattern::parse(h).ok())
-                .collect(),
-            paths: self.paths.clone(),
-        }
-    }
-}
-
-/// The claim of the default service (the top-level backends): every host, every path.
-pub fn default_route() -> RouteSpec {
-    RouteSpec {
-        service: super::schema::DEFAULT_SERVICE.to_string(),
-        hosts: vec![HostPattern::Any],
-        paths: vec!["/".into()],
-    }
-}
-
-/// Whether `s` may name a service: what a backend name may be (letters, digits, `-`,
-/// `_`, `.`; at most 128 bytes).
-pub fn is_service_name(s: &str) -> bool {
-    is_backend_name(s)
-}
+use crate::routing::routes::HostPattern;
 
 /// Read one service out of a table; `at` is the table's path in problems
 /// (`services[2]`, or empty for a watched file's top level). `None` when it has
@@ -347,7 +273,7 @@ pub fn parse_service_file(format: FileFormat, text: &str) -> Result<ServiceConfi
         }])
     };
     let table: toml::Table = match format {
-        FileFormat::Toml => super::file::parse(text)?,
+        FileFormat::Toml => super::reader::parse(text)?,
         FileFormat::Yaml => {
             if text.trim().is_empty() {
                 return Err(problem("empty".into()));
