@@ -622,3 +622,78 @@ async fn two_balancers_of_a_cluster_route_a_registered_service_identically() {
         assert_eq!(via(lb, "api.example.com", "/v1").await, "backend b");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_over_http_needs_the_token() {
+    let a = TestBackend::start("a").await;
+    let wd = workdir();
+    let token = "registration-token-0123456789";
+    let extra = format!(
+        "[discovery]\ntoken = \"{token}\"\n[[services]]\nname = \"web\"\nhosts = [\"web.example.com\"]\n"
+    );
+    let lb = Gearlb::start(wd.path(), &config_text(wd.path(), &[], &extra));
+    let post = |path: &str, auth: Option<&str>, body: String| {
+        let mut req = http::Request::post(format!("http://{}{path}", lb.status));
+        if let Some(t) = auth {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(full(body)).unwrap();
+        async move { send(&client(), req).await.unwrap() }
+    };
+    let body = format!(
+        r#"{{"service":"api","backend":"i1","addr":"{}","hosts":["api.example.com"],"ttl":"20s"}}"#,
+        a.addr
+    );
+    for auth in [None, Some("wrong-token-0123456789"), Some("")] {
+        let got = post("/services/register", auth, body.clone()).await;
+        assert_eq!(got.status, 401, "{auth:?}");
+        assert!(got.headers.get("www-authenticate").is_some());
+    }
+    assert!(
+        service(&services(&lb), "api").is_none(),
+        "nothing changed without the token"
+    );
+    assert_eq!(via(&lb, "api.example.com", "/").await, "status 404");
+
+    let got = post("/services/register", Some(token), body.clone()).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert_eq!(via(&lb, "api.example.com", "/").await, "backend a");
+    // Bad input: 400 with why, and nothing changes.
+    let got = post(
+        "/services/register",
+        Some(token),
+        r#"{"service":"api","backend":"i2","addr":"nowhere"}"#.into(),
+    )
+    .await;
+    assert_eq!(got.status, 400);
+    assert!(got.text().contains("address"), "{}", got.text());
+    let got = post("/services/register", Some(token), "{not json".into()).await;
+    assert_eq!(got.status, 400);
+    // A conflict: 409 naming both services.
+    let clash = format!(
+        r#"{{"service":"web2","backend":"x","addr":"{}","hosts":["web.example.com"]}}"#,
+        a.addr
+    );
+    let got = post("/services/register", Some(token), clash).await;
+    assert_eq!(got.status, 409);
+    assert!(got.text().contains("\"web\""), "{}", got.text());
+    let got = post(
+        "/services/deregister",
+        None,
+        r#"{"service":"api","backend":"i1"}"#.into(),
+    )
+    .await;
+    assert_eq!(got.status, 401);
+    let got = post(
+        "/services/deregister",
+        Some(token),
+        r#"{"service":"api","backend":"i1"}"#.into(),
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert!(
+        eventually(Duration::from_secs(5), || service(&services(&lb), "api")
+            .is_none())
+        .await
+    );
+}

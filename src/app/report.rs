@@ -128,6 +128,10 @@ impl StatusSource for App {
         self.services.healthy(name)
     }
 
+    fn services(&self) -> Option<std::sync::Arc<crate::services::ServiceSet>> {
+        Some(self.services.clone())
+    }
+
     fn metrics(&self) -> Result<String, std::fmt::Error> {
         self.seen.metrics.encode()
     }

@@ -11,6 +11,7 @@
 //! requests, in-flight ones finish) within `rotate.timeout`, then goes; a service that
 //! goes away stops being routed at once and is dropped once drained.
 
+pub mod api;
 pub mod gossip;
 pub mod sources;
 pub mod watch;

@@ -22,6 +22,7 @@ use super::csv;
 use super::html;
 use super::source::{ListenerStats, StatusSource};
 use crate::proxy::io::Counted;
+use crate::services::api;
 
 /// The paths of the HTML page; with `;csv` they serve the CSV.
 const PAGE_PATHS: [&str; 5] = [
@@ -110,7 +111,11 @@ pub async fn serve<S: StatusSource>(
                 let c = c.clone();
                 async move {
                     c.request_started();
-                    let r = route(&*source, &req);
+                    let r = if req.method() == Method::POST && api::is_api_path(req.uri().path()) {
+                        register(&*source, req).await
+                    } else {
+                        route(&*source, &req)
+                    };
                     c.response(r.status().as_u16());
                     c.requests_current
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -133,6 +138,37 @@ pub async fn serve<S: StatusSource>(
             counters.connection_closed();
         });
     }
+}
+
+/// Registration over HTTP (see [`crate::services::api`]): the body read up to its
+/// limit, then handed over.
+async fn register<S: StatusSource>(source: &S, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    let Some(services) = source.services() else {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    };
+    let path = req.uri().path().to_string();
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes().to_vec());
+    let body = http_body_util::Limited::new(req.into_body(), api::MAX_BODY);
+    let body = match tokio::time::timeout(Duration::from_secs(10), body.collect()).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => return text(StatusCode::PAYLOAD_TOO_LARGE, "body too large or broken\n"),
+        Err(_) => return text(StatusCode::REQUEST_TIMEOUT, "body not received in time\n"),
+    };
+    let (status, message) = api::handle(&services, &path, auth.as_deref(), &body).await;
+    let mut r = with_type(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Bytes::from(message),
+        "text/plain; charset=utf-8",
+    );
+    if status == 401 {
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
 }
 
 fn route<S: StatusSource>(source: &S, req: &Request<Incoming>) -> Response<Full<Bytes>> {

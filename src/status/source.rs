@@ -17,6 +17,10 @@ pub trait StatusSource: Send + Sync + 'static {
     fn service_healthy(&self, _name: &str) -> Option<bool> {
         None
     }
+    /// The services, for registration over HTTP; `None`: none here.
+    fn services(&self) -> Option<std::sync::Arc<crate::services::ServiceSet>> {
+        None
+    }
     /// The Prometheus exposition ([`crate::metrics::Metrics::encode`]).
     fn metrics(&self) -> Result<String, std::fmt::Error>;
 }

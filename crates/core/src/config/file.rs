@@ -360,6 +360,10 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
         }
     });
     cfg.discovery.ttl = r.duration("ttl", cfg.discovery.ttl);
+    cfg.discovery.token = r.str_value("token");
+    if cfg.discovery.token.as_ref().is_some_and(|t| t.len() < 16) {
+        r.problem("token", "at least 16 characters");
+    }
     r.finish();
 }
 

@@ -54,6 +54,9 @@ pub struct DiscoveryConfig {
     /// Lease of a registration that names none (`gearlb ctl register --ttl`).
     /// Default 30s.
     pub ttl: Duration,
+    /// The bearer token of registration over HTTP (`POST /services/register` on the
+    /// status listener), at least 16 characters. Default none: that endpoint is off.
+    pub token: Option<String>,
 }
 
 impl Config {
@@ -486,6 +489,7 @@ impl Default for Config {
             discovery: DiscoveryConfig {
                 dir: None,
                 ttl: Duration::from_secs(30),
+                token: None,
             },
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
