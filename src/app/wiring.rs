@@ -212,6 +212,16 @@ impl Server {
             )
         });
         let services_task = tokio::spawn(app.services.clone().run());
+        let etcd_task = {
+            let cfg = app.config.lock().await;
+            (!cfg.discovery.etcd.is_empty()).then(|| {
+                tokio::spawn(crate::services::etcd::follow(
+                    app.services.clone(),
+                    cfg.discovery.etcd.clone(),
+                    cfg.discovery.etcd_prefix.clone(),
+                ))
+            })
+        };
         let share_task = app.cluster.clone().map(|c| {
             tokio::spawn(crate::services::gossip::share(
                 app.services.clone(),
@@ -285,6 +295,9 @@ impl Server {
         tracker.close();
         let _ = services_task.await;
         if let Some(t) = share_task {
+            let _ = t.await;
+        }
+        if let Some(t) = etcd_task {
             let _ = t.await;
         }
         if let Some(t) = watch_task {

@@ -12,6 +12,7 @@
 //! goes away stops being routed at once and is dropped once drained.
 
 pub mod api;
+pub mod etcd;
 pub mod gossip;
 pub mod sources;
 pub mod watch;
@@ -22,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -36,35 +36,6 @@ use crate::routing::routes::RouteTable;
 use crate::routing::{Admin, Router};
 pub use sources::registration;
 use sources::{merge, Desired, Origin, Refusal, Registration};
-
-/// A watched file as last read.
-#[derive(Clone, Debug, Default)]
-pub struct FileState {
-    /// Its last good definition, kept while the file is bad.
-    pub good: Option<ServiceConfig>,
-    /// Why its current content is refused.
-    pub problem: Option<String>,
-}
-
-/// What the cluster's other balancers share: their file services and registrations.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Remote {
-    /// (balancer, path, service).
-    pub files: Vec<(String, PathBuf, ServiceConfig)>,
-    /// (balancer, registration).
-    pub regs: Vec<(String, Registration)>,
-}
-
-#[derive(Default)]
-struct State {
-    remote: Remote,
-    files: BTreeMap<PathBuf, FileState>,
-    leases: BTreeMap<(String, String), Lease>,
-    running: BTreeMap<String, Running>,
-    /// Services no longer defined, draining.
-    retiring: Vec<(Running, Instant)>,
-    refused: Vec<Refusal>,
-}
 
 /// Every service of a balancer (see the module doc).
 pub struct ServiceSet {
@@ -146,6 +117,16 @@ impl ServiceSet {
         let mut st = self.state.lock().await;
         if st.remote != remote {
             st.remote = remote;
+            self.apply_locked(&mut st, cfg).await;
+        }
+    }
+
+    /// What etcd holds now (see [`etcd`]); applied when it changed.
+    pub async fn set_etcd(&self, state: etcd::EtcdState) {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        if st.etcd != state {
+            st.etcd = state;
             self.apply_locked(&mut st, cfg).await;
         }
     }
@@ -339,13 +320,25 @@ impl ServiceSet {
             .filter_map(|(p, f)| Some((self.self_id.clone(), p.clone(), f.good.clone()?)))
             .collect();
         all_files.extend(st.remote.files.iter().cloned());
-        let (files, mut refused) = sources::order_files(all_files, &self.self_id);
+        let (mut files, mut refused) = sources::order_files(all_files, &self.self_id);
+        files.extend(
+            st.etcd
+                .services
+                .iter()
+                .map(|(k, s)| (Origin::Etcd(k.clone()), s.clone())),
+        );
         let mut all_regs: Vec<(String, Registration)> = st
             .leases
             .values()
             .map(|l| (self.self_id.clone(), l.reg.clone()))
             .collect();
         all_regs.extend(st.remote.regs.iter().cloned());
+        all_regs.extend(
+            st.etcd
+                .instances
+                .values()
+                .map(|r| ("etcd".to_string(), r.clone())),
+        );
         let regs = sources::order_registrations(all_regs);
         let (mut desired, merged_refused) = merge(&cfg.services, &files, &regs);
         refused.extend(merged_refused);
@@ -516,78 +509,16 @@ impl ServiceSet {
 
     /// What `gearlb ctl services` shows.
     pub async fn report(&self) -> ServicesReport {
-        let cfg = self.cfg.load_full();
+        let default = self.cfg.load().default_service();
         let st = self.state.lock().await;
-        let now = Instant::now();
-        let mut services = Vec::new();
-        if cfg.default_service() {
-            services.push(ServiceReport::of(
-                DEFAULT_SERVICE,
-                &Origin::Default,
-                &["*".to_string()],
-                &["/".to_string()],
-                None,
-                &self.proxy.router,
-                &HashMap::new(),
-                &st.leases,
-                now,
-                false,
-            ));
-        }
-        for r in st.running.values() {
-            services.push(ServiceReport::of(
-                &r.config.name,
-                &r.origin,
-                &r.config.hosts,
-                &r.config.paths,
-                r.listener.as_ref().map(|l| l.0),
-                &r.service.router,
-                &r.draining,
-                &st.leases,
-                now,
-                false,
-            ));
-        }
-        for (r, _) in &st.retiring {
-            services.push(ServiceReport::of(
-                &r.config.name,
-                &r.origin,
-                &[],
-                &[],
-                None,
-                &r.service.router,
-                &HashMap::new(),
-                &st.leases,
-                now,
-                true,
-            ));
-        }
-        let files = st
-            .files
-            .iter()
-            .map(|(p, f)| FileReport {
-                path: p.clone(),
-                service: f.good.as_ref().map(|g| g.name.clone()),
-                problem: f.problem.clone(),
-            })
-            .collect();
-        ServicesReport {
-            services,
-            refused: st.refused.clone(),
-            files,
-        }
+        report::build(&st, default.then_some(&*self.proxy.router))
     }
-}
-
-/// `gearlb ctl services --json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct ServicesReport {
-    pub services: Vec<ServiceReport>,
-    pub refused: Vec<Refusal>,
-    pub files: Vec<FileReport>,
 }
 
 mod report;
 mod running;
-pub use report::{BackendReport, FileReport, ServiceReport};
+mod state;
+pub use report::{BackendReport, FileReport, ServiceReport, ServicesReport};
 use running::{service_health, service_settings, update_backends, Lease, Running};
+use state::State;
+pub use state::{FileState, Remote};

@@ -1,7 +1,7 @@
 //! What `gearlb ctl services` reports of each service: its routes and where they came
 //! from, and each backend's state, load, queue and lease.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -9,8 +9,77 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::running::Lease;
-use super::sources::Origin;
-use crate::routing::{BackendSpec, BackendState, Router};
+use super::sources::{Origin, Refusal};
+use super::state::State;
+use crate::config::DEFAULT_SERVICE;
+use crate::routing::{BackendState, Router};
+
+/// `gearlb ctl services --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServicesReport {
+    pub services: Vec<ServiceReport>,
+    pub refused: Vec<Refusal>,
+    pub files: Vec<FileReport>,
+}
+
+/// The report of `st`, with the default service's router when it is served.
+pub(super) fn build(st: &State, default: Option<&Router>) -> ServicesReport {
+    let now = Instant::now();
+    let mut services = Vec::new();
+    if let Some(router) = default {
+        services.push(ServiceReport::of(
+            DEFAULT_SERVICE,
+            &Origin::Default,
+            &["*".to_string()],
+            &["/".to_string()],
+            None,
+            router,
+            &st.leases,
+            now,
+            false,
+        ));
+    }
+    for r in st.running.values() {
+        services.push(ServiceReport::of(
+            &r.config.name,
+            &r.origin,
+            &r.config.hosts,
+            &r.config.paths,
+            r.listener.as_ref().map(|l| l.0),
+            &r.service.router,
+            &st.leases,
+            now,
+            false,
+        ));
+    }
+    for (r, _) in &st.retiring {
+        services.push(ServiceReport::of(
+            &r.config.name,
+            &r.origin,
+            &[],
+            &[],
+            None,
+            &r.service.router,
+            &st.leases,
+            now,
+            true,
+        ));
+    }
+    let files = st
+        .files
+        .iter()
+        .map(|(p, f)| FileReport {
+            path: p.clone(),
+            service: f.good.as_ref().map(|g| g.name.clone()),
+            problem: f.problem.clone(),
+        })
+        .collect();
+    ServicesReport {
+        services,
+        refused: st.refused.clone(),
+        files,
+    }
+}
 
 /// One service.
 #[derive(Clone, Debug, Serialize)]
@@ -65,7 +134,6 @@ impl ServiceReport {
         paths: &[String],
         listen: Option<SocketAddr>,
         router: &Router,
-        _draining: &HashMap<String, (BackendSpec, Instant)>,
         leases: &BTreeMap<(String, String), Lease>,
         now: Instant,
         retiring: bool,

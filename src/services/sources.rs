@@ -28,6 +28,8 @@ pub enum Origin {
     File(PathBuf),
     /// Instances that registered themselves.
     Registration,
+    /// A key of etcd.
+    Etcd(String),
 }
 
 impl std::fmt::Display for Origin {
@@ -37,6 +39,7 @@ impl std::fmt::Display for Origin {
             Origin::Config => f.write_str("the configuration file"),
             Origin::File(p) => write!(f, "file {}", p.display()),
             Origin::Registration => f.write_str("registration"),
+            Origin::Etcd(k) => write!(f, "etcd key {k}"),
         }
     }
 }

@@ -364,6 +364,41 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     if cfg.discovery.token.as_ref().is_some_and(|t| t.len() < 16) {
         r.problem("token", "at least 16 characters");
     }
+    match r.get("etcd") {
+        None => {}
+        Some(toml::Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str() {
+                    Some(u)
+                        if (u.starts_with("http://") || u.starts_with("https://"))
+                            && u.parse::<http::Uri>().is_ok() =>
+                    {
+                        cfg.discovery.etcd.push(u.trim_end_matches('/').to_string())
+                    }
+                    _ => r.problem(
+                        &format!("etcd[{i}]"),
+                        "expected an endpoint URL \"http://host:port\"",
+                    ),
+                }
+            }
+        }
+        Some(other) => {
+            let t = other.type_str();
+            r.problem(
+                "etcd",
+                format!("expected a list of endpoint URLs, found {t}"),
+            );
+        }
+    }
+    let prefix = r.string("etcd_prefix", &cfg.discovery.etcd_prefix);
+    if prefix.starts_with('/') && prefix.ends_with('/') {
+        cfg.discovery.etcd_prefix = prefix;
+    } else {
+        r.problem(
+            "etcd_prefix",
+            format!("{prefix:?} must start and end with '/'"),
+        );
+    }
     r.finish();
 }
 

@@ -57,6 +57,11 @@ pub struct DiscoveryConfig {
     /// The bearer token of registration over HTTP (`POST /services/register` on the
     /// status listener), at least 16 characters. Default none: that endpoint is off.
     pub token: Option<String>,
+    /// etcd endpoints (`http://host:port`) whose keys under `etcd_prefix` define
+    /// services and instances (see `services::etcd`). Default none.
+    pub etcd: Vec<String>,
+    /// Default `/gearlb/`.
+    pub etcd_prefix: String,
 }
 
 impl Config {
@@ -65,7 +70,9 @@ impl Config {
     /// host no other service claims. It is not when the file names services and no
     /// top-level backend.
     pub fn default_service(&self) -> bool {
-        let services = !self.services.is_empty() || self.discovery.dir.is_some();
+        let services = !self.services.is_empty()
+            || self.discovery.dir.is_some()
+            || !self.discovery.etcd.is_empty();
         !services
             || !self.backends.is_empty()
             || self.local_gear.is_some()
@@ -490,6 +497,8 @@ impl Default for Config {
                 dir: None,
                 ttl: Duration::from_secs(30),
                 token: None,
+                etcd: Vec::new(),
+                etcd_prefix: "/gearlb/".into(),
             },
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),

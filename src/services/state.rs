@@ -1,0 +1,43 @@
+//! What the [`super::ServiceSet`] keeps between changes ([`State`]): each source's
+//! inputs (watched files, leases, the peers' and etcd's), the services running and
+//! retiring, and what was refused.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tokio::time::Instant;
+
+use super::etcd::EtcdState;
+use super::running::{Lease, Running};
+use super::sources::{Refusal, Registration};
+use crate::config::ServiceConfig;
+
+/// A watched file as last read.
+#[derive(Clone, Debug, Default)]
+pub struct FileState {
+    /// Its last good definition, kept while the file is bad.
+    pub good: Option<ServiceConfig>,
+    /// Why its current content is refused.
+    pub problem: Option<String>,
+}
+
+/// What the cluster's other balancers share: their file services and registrations.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Remote {
+    /// (balancer, path, service).
+    pub files: Vec<(String, PathBuf, ServiceConfig)>,
+    /// (balancer, registration).
+    pub regs: Vec<(String, Registration)>,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) remote: Remote,
+    pub(super) etcd: EtcdState,
+    pub(super) files: BTreeMap<PathBuf, FileState>,
+    pub(super) leases: BTreeMap<(String, String), Lease>,
+    pub(super) running: BTreeMap<String, Running>,
+    /// Services no longer defined, draining.
+    pub(super) retiring: Vec<(Running, Instant)>,
+    pub(super) refused: Vec<Refusal>,
+}
