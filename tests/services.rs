@@ -697,3 +697,67 @@ async fn registration_over_http_needs_the_token() {
         .await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_backend_rotates_out_and_in_by_name() {
+    let b1 = TestBackend::start("b1").await;
+    let b2 = TestBackend::start("b2").await;
+    let app = TestBackend::start("app").await;
+    let wd = workdir();
+    let extra = format!(
+        "[[services]]\nname = \"shop\"\nhosts = [\"shop.example.com\"]\n\
+         [[services.backends]]\nname = \"b1\"\naddr = \"{}\"\n\
+         [[services.backends]]\nname = \"b2\"\naddr = \"{}\"\n",
+        b1.addr, b2.addr
+    );
+    let lb = Gearlb::start(
+        wd.path(),
+        &config_text(wd.path(), &[("app", app.addr)], &extra),
+    );
+    // A slow request in flight on b1 when it is rotated out: it finishes.
+    let proxy = lb.proxy;
+    let mut slow = None;
+    for _ in 0..20 {
+        let before = b1.requests();
+        let t = tokio::spawn(async move {
+            get(proxy, "/slow?ms=1500", &[("host", "shop.example.com")]).await
+        });
+        if eventually(Duration::from_millis(500), || b1.requests() > before).await {
+            slow = Some(t);
+            break;
+        }
+        t.await.unwrap().unwrap();
+    }
+    let slow = slow.expect("a slow request reached b1");
+    let started = std::time::Instant::now();
+    let (code, out, err) = lb.ctl(&["rotate-out", "--service", "shop", "b1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "waited for the drain"
+    );
+    let done = slow.await.unwrap().unwrap();
+    assert_eq!(done.status, 200);
+    assert_eq!(done.text(), "slow done by b1");
+    let before = b1.requests();
+    for _ in 0..20 {
+        assert_eq!(via(&lb, "shop.example.com", "/").await, "backend b2");
+    }
+    assert_eq!(b1.requests(), before);
+    // The default service's backends are untouched; unknown names are refused.
+    assert_eq!(via(&lb, "other.example.com", "/").await, "backend app");
+    let (code, _, err) = lb.ctl(&["rotate-out", "--service", "shop", "nope"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no backend"), "{err}");
+    let (code, _, err) = lb.ctl(&["rotate-out", "--service", "ghost", "b1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown service"), "{err}");
+    // Back in rotation.
+    let (code, _, err) = lb.ctl(&["rotate-in", "--service", "shop", "b1"]);
+    assert_eq!(code, 0, "{err}");
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        seen.insert(via(&lb, "shop.example.com", "/").await);
+    }
+    assert!(seen.contains("backend b1"), "{seen:?}");
+}

@@ -26,6 +26,28 @@ impl App {
     /// prefix of a label before `-<ns>`). A gear no balancer lists yet is named all the
     /// same: its rotation is kept and applies when it appears.
     fn resolve_gear(&self, arg: &str) -> Result<String, String> {
+        // A service's backend: `<service>/<backend name>`.
+        if let Some((service, backend)) = arg.split_once('/') {
+            if service == crate::config::DEFAULT_SERVICE {
+                return self.resolve_gear(backend);
+            }
+            let router = self
+                .services
+                .router_of(service)
+                .ok_or_else(|| format!("unknown service {:?}", gear::printable(service)))?;
+            let table = router.snapshot();
+            let e = table
+                .entries()
+                .iter()
+                .find(|e| e.backend.name() == backend || e.backend.sticky == backend)
+                .ok_or_else(|| {
+                    format!(
+                        "service {service:?} has no backend {:?}",
+                        gear::printable(backend)
+                    )
+                })?;
+            return Ok(format!("{service}/{}", e.backend.sticky));
+        }
         let table = self.router.snapshot();
         let labels: Vec<&str> = table
             .entries()

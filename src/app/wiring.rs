@@ -166,9 +166,11 @@ impl Server {
             stop.clone(),
         ));
         let weak = Arc::downgrade(&app);
+        let services = app.services.clone();
         let rotation_task = tokio::spawn(rotation::run(
             app.rotations.clone(),
             app.router.clone(),
+            move |name| services.router_of(name),
             app.cluster.clone(),
             move |_ops| {
                 if let Some(app) = weak.upgrade() {

@@ -41,8 +41,11 @@ pub enum CtlCommand {
     /// Take a web gear out of rotation on every balancer, wait until all live ones
     /// stopped sending it traffic (drained), and print the result.
     RotateOut {
-        /// Gear uuid, gear name, or server name.
+        /// Gear uuid, gear name, or server name (with --service: the backend's name).
         gear: String,
+        /// The service the backend belongs to (default: the top-level backends).
+        #[arg(long)]
+        service: Option<String>,
         /// Drain deadline: what is still running then is cut (default rotate.timeout).
         #[arg(long)]
         timeout: Option<String>,
@@ -56,6 +59,8 @@ pub enum CtlCommand {
     /// Put a web gear back in rotation on every balancer.
     RotateIn {
         gear: String,
+        #[arg(long)]
+        service: Option<String>,
         #[arg(long)]
         persist: bool,
         #[arg(long)]
@@ -103,6 +108,7 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         CtlCommand::Scale { direction } => (Request::Scale { event: direction }, false),
         CtlCommand::RotateOut {
             gear,
+            service,
             timeout,
             persist: _,
             as_json,
@@ -117,7 +123,7 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             };
             (
                 Request::Rotate {
-                    gear,
+                    gear: service_gear(service, gear),
                     op: crate::rotation::Op::Out,
                     timeout_ms,
                     node: false,
@@ -127,11 +133,12 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         }
         CtlCommand::RotateIn {
             gear,
+            service,
             persist: _,
             as_json,
         } => (
             Request::Rotate {
-                gear,
+                gear: service_gear(service, gear),
                 op: crate::rotation::Op::In,
                 timeout_ms: None,
                 node: false,
@@ -301,6 +308,15 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         }
     }
     reply.exit_code
+}
+
+/// What a rotate command names: `<service>/<backend>` for a service's backend, the gear
+/// alone otherwise.
+fn service_gear(service: Option<String>, gear: String) -> String {
+    match service {
+        Some(s) => format!("{s}/{gear}"),
+        None => gear,
+    }
 }
 
 /// `ctl services` for a person, from the JSON report.

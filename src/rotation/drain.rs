@@ -26,6 +26,7 @@ use gearlb_core::rotation::register::{unix_ms, Ack, AckState, Op, RotationOp};
 pub async fn run(
     rotations: Arc<Rotations>,
     router: Arc<Router>,
+    services: impl Fn(&str) -> Option<Arc<Router>> + Send + 'static,
     cluster: Option<Arc<Cluster>>,
     persist: impl Fn(Vec<RotationOp>) + Send + 'static,
     stop: CancellationToken,
@@ -77,18 +78,41 @@ pub async fn run(
             persist(ops.values().cloned().collect());
             last_persisted = Some(ops.clone());
         }
-        router.set_rotated_out(
-            ops.values()
-                .filter(|o| o.op == Op::Out)
-                .map(|o| o.gear.clone())
-                .collect::<HashSet<_>>(),
-        );
+        // A service's backend is rotated as `<service>/<backend>`, in its own router.
+        let mut out: BTreeMap<&str, HashSet<String>> = BTreeMap::new();
+        for o in ops.values() {
+            let (service, label) = o.gear.split_once('/').unwrap_or(("", &o.gear));
+            let set = out.entry(service).or_default();
+            if o.op == Op::Out {
+                set.insert(label.to_string());
+            }
+        }
+        let mut routers: BTreeMap<&str, Arc<Router>> = BTreeMap::new();
+        for (service, labels) in out {
+            let r = if service.is_empty() {
+                Some(router.clone())
+            } else {
+                services(service)
+            };
+            if let Some(r) = r {
+                r.set_rotated_out(labels);
+                routers.insert(service, r);
+            }
+        }
 
         let now = unix_ms();
-        let table = router.snapshot();
+        let mut tables = BTreeMap::new();
         let mut acks = BTreeMap::new();
         for (gear, op) in &ops {
-            let ack = apply(&rotations, &router, &table, gear, op, now);
+            let (service, label) = gear.split_once('/').unwrap_or(("", gear));
+            let ack = match routers.get(service) {
+                Some(r) => {
+                    let table = tables.entry(service).or_insert_with(|| r.snapshot());
+                    apply(&rotations, r, table, label, op, now)
+                }
+                // A service this balancer does not have: nothing in flight from here.
+                None => not_here(&rotations, op),
+            };
             acks.insert(gear.clone(), ack);
         }
         if acks != published_acks {
@@ -134,6 +158,26 @@ pub async fn run(
         }
         published_ops = ops;
         published_acks = acks;
+    }
+}
+
+/// The acknowledgment of an op on a backend of a service this balancer does not have.
+fn not_here(rotations: &Rotations, op: &RotationOp) -> Ack {
+    let epoch = op.epoch();
+    let forced = rotations
+        .forced
+        .lock()
+        .ok()
+        .and_then(|f| f.get(&epoch).copied())
+        .unwrap_or(0);
+    Ack {
+        epoch,
+        state: match op.op {
+            Op::Out => AckState::Drained,
+            Op::In => AckState::Active,
+        },
+        inflight: 0,
+        forced,
     }
 }
 

@@ -85,6 +85,11 @@ impl ServiceSet {
         Some(s.router.load().can_serve())
     }
 
+    /// The router of `name`'s service (the default one's too), lock-free.
+    pub fn router_of(&self, name: &str) -> Option<Arc<Router>> {
+        self.all.load().get(name).map(|s| s.router.clone())
+    }
+
     /// Replace the watched files' states (the watcher's full scan) and apply.
     pub async fn set_files(&self, files: BTreeMap<PathBuf, FileState>) {
         let cfg = &*self.cfg.load_full();

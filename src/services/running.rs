@@ -60,8 +60,14 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
             r.draining.insert(spec.name.clone(), (spec, deadline));
         }
     }
-    r.draining
-        .retain(|name, _| !wanted.iter().any(|w| &w.name == name));
+    let mut revived = Vec::new();
+    r.draining.retain(|name, _| {
+        let back = wanted.iter().any(|w| &w.name == name);
+        if back {
+            revived.push(name.clone());
+        }
+        !back
+    });
     let mut specs = wanted.clone();
     specs.extend(r.draining.values().map(|(s, _)| s.clone()));
     let change = r.service.router.replace_backends(specs);
@@ -71,8 +77,10 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
     for name in r.draining.keys() {
         r.service.router.set_admin(name, Admin::Draining);
     }
-    for w in &wanted {
-        r.service.router.set_admin(&w.name, Admin::Active);
+    // A backend defined again while it drained is back (one rotated out stays out:
+    // the router brings it back drained).
+    for name in revived {
+        r.service.router.set_admin(&name, Admin::Active);
     }
 }
 

@@ -215,6 +215,7 @@ impl Sim {
             tokio::spawn(gate.run(rotation::run(
                 rotations.clone(),
                 router.clone(),
+                |_| None,
                 Some(cluster.clone()),
                 |_| {},
                 stop.clone(),
