@@ -58,6 +58,9 @@ pub enum Request {
         /// own, and no quorum is needed (see `App::rotate`).
         #[serde(default)]
         node: bool,
+        /// The service `gear` is a backend of (default: the top-level backends).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service: Option<String>,
     },
     /// Re-read the config file, with this environment (the caller's: in cartridge mode
     /// `bin/control reload` runs with the gear's current variables).

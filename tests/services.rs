@@ -259,9 +259,13 @@ async fn backups_take_traffic_only_when_every_primary_is_down_and_health_says_so
     let p2 = TestBackend::start("p2").await;
     let backup = TestBackend::start("backup").await;
     let wd = workdir();
+    let hport = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let extra = format!(
         "[health]\ninterval = \"100ms\"\nfall = 1\nrise = 1\n\
-         [[services]]\nname = \"app\"\nhosts = [\"app.example.com\"]\n\
+         [[services]]\nname = \"app\"\nhosts = [\"app.example.com\"]\nhealth = {{ listen = \"{hport}\" }}\n\
          [[services.backends]]\nname = \"p1\"\naddr = \"{}\"\n\
          [[services.backends]]\nname = \"p2\"\naddr = \"{}\"\n\
          [[services.backends]]\nname = \"b\"\naddr = \"{}\"\nbackup = true\n",
@@ -275,6 +279,11 @@ async fn backups_take_traffic_only_when_every_primary_is_down_and_health_says_so
     };
     assert_eq!(health(&lb, "app").await, 200);
     assert_eq!(health(&lb, "nope").await, 404);
+    assert_eq!(
+        get(hport, "/anything", &[]).await.unwrap().status,
+        200,
+        "its health port"
+    );
     for _ in 0..40 {
         assert!(via(&lb, "app.example.com", "/")
             .await
@@ -322,6 +331,7 @@ async fn backups_take_traffic_only_when_every_primary_is_down_and_health_says_so
         .await
     );
     assert_eq!(health(&lb, "app").await, 503);
+    assert_eq!(get(hport, "/", &[]).await.unwrap().status, 503);
 }
 
 /// A backend that answers every request after `delay` and records the most
@@ -760,4 +770,87 @@ async fn a_service_backend_rotates_out_and_in_by_name() {
         seen.insert(via(&lb, "shop.example.com", "/").await);
     }
     assert!(seen.contains("backend b1"), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_is_seen_in_the_report_the_csv_show_stat_the_page_and_metrics() {
+    let app = TestBackend::start("app").await;
+    let s1 = TestBackend::start("s1").await;
+    let wd = workdir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let extra = format!(
+        "[[services]]\nname = \"shop\"\nhosts = [\"shop.example.com\"]\nlisten = \"{port}\"\n\
+         [[services.backends]]\nname = \"s1\"\naddr = \"{}\"\nmax_connections = 5\n",
+        s1.addr
+    );
+    let config = config_text(wd.path(), &[("app", app.addr)], &extra);
+    let lb = Gearlb::start(wd.path(), &config);
+    for _ in 0..3 {
+        assert_eq!(via(&lb, "shop.example.com", "/").await, "backend s1");
+    }
+    assert_eq!(get(port, "/", &[]).await.unwrap().text(), "backend s1");
+
+    let report = lb.status_json();
+    let shop = &report["services"][0];
+    assert_eq!(shop["name"], "shop");
+    assert_eq!(shop["origin"], "the configuration file");
+    assert_eq!(shop["hosts"][0], "shop.example.com");
+    assert_eq!(shop["backends"][0]["name"], "s1");
+    assert_eq!(shop["backends"][0]["requests_total"], 4);
+    assert_eq!(
+        shop["frontend"]["requests_total"], 1,
+        "its own listener's traffic"
+    );
+    assert_eq!(
+        report["backends"][0]["name"], "app",
+        "the default service as before"
+    );
+
+    let csv = get(lb.status, "/haproxy-status;csv", &[])
+        .await
+        .unwrap()
+        .text();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r[0], r[1])).collect();
+    assert_eq!(
+        names,
+        [
+            ("stats", "FRONTEND"),
+            ("stats", "BACKEND"),
+            ("express", "FRONTEND"),
+            ("express", "app"),
+            ("express", "BACKEND"),
+            ("shop", "FRONTEND"),
+            ("shop", "s1"),
+            ("shop", "BACKEND"),
+        ]
+    );
+    let mut sock = std::os::unix::net::UnixStream::connect(wd.path().join("stats")).unwrap();
+    use std::io::{Read, Write};
+    sock.write_all(b"show stat 3 -1 -1\n").unwrap();
+    let mut shown = String::new();
+    sock.read_to_string(&mut shown).unwrap();
+    let px: Vec<&str> = shown
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(px, ["shop", "shop", "shop"], "{shown}");
+
+    let page = get(lb.status, "/haproxy-status", &[]).await.unwrap().text();
+    assert!(page.contains("Service shop") && page.contains("shop.example.com"));
+    let metrics = get(lb.status, "/metrics", &[]).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"gearlb_backend_requests_total{service="shop",backend="s1"} 4"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"gearlb_backend_requests_total{backend="app"}"#));
 }

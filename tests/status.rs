@@ -1072,6 +1072,9 @@ fn sample_report() -> StatusReport {
                 recent_responses: 600,
                 recent_ms: recent,
             },
+            backup: false,
+            queued: 0,
+            max_connections: None,
         }
     };
     StatusReport {
@@ -1144,6 +1147,7 @@ fn sample_report() -> StatusReport {
         scaler: None,
         availability: None,
         status_listener: None,
+        services: vec![],
     }
 }
 

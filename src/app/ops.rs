@@ -419,8 +419,10 @@ impl control::Handler for App {
                 op,
                 timeout_ms,
                 node,
+                service,
             } => {
                 self.rotate(
+                    service.as_deref(),
                     &gear,
                     op,
                     timeout_ms.map(Duration::from_millis),

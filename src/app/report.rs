@@ -27,6 +27,21 @@ impl App {
             scaler: Some(self.scaler.report()),
             availability: Some(self.router.availability()),
             status_listener: Some(FrontendReport::read(&self.seen.status_counters)),
+            services: self
+                .services
+                .views()
+                .into_iter()
+                .map(|v| report::ServiceStatus {
+                    name: v.name.to_string(),
+                    origin: v.origin.to_string(),
+                    hosts: v.hosts,
+                    paths: v.paths,
+                    listen: v.listen.map(|l| l.to_string()),
+                    frontend: v.frontend.as_deref().map(FrontendReport::read),
+                    availability: Some(v.router.availability()),
+                    backends: report::backend_reports(&v.router.snapshot()),
+                })
+                .collect(),
         }
     }
 

@@ -25,12 +25,10 @@ impl App {
     /// gear registry, or any other: `<uuid>-<ns>`), or the gear name alone (unique
     /// prefix of a label before `-<ns>`). A gear no balancer lists yet is named all the
     /// same: its rotation is kept and applies when it appears.
-    fn resolve_gear(&self, arg: &str) -> Result<String, String> {
-        // A service's backend: `<service>/<backend name>`.
-        if let Some((service, backend)) = arg.split_once('/') {
-            if service == crate::config::DEFAULT_SERVICE {
-                return self.resolve_gear(backend);
-            }
+    fn resolve(&self, service: Option<&str>, arg: &str) -> Result<String, String> {
+        // A service's backend: `<service>/<backend>` in the rotation register.
+        if let Some(service) = service.filter(|s| *s != crate::config::DEFAULT_SERVICE) {
+            let backend = arg;
             let router = self
                 .services
                 .router_of(service)
@@ -48,6 +46,10 @@ impl App {
                 })?;
             return Ok(format!("{service}/{}", e.backend.sticky));
         }
+        self.resolve_gear(arg)
+    }
+
+    fn resolve_gear(&self, arg: &str) -> Result<String, String> {
         let table = self.router.snapshot();
         let labels: Vec<&str> = table
             .entries()
@@ -129,6 +131,7 @@ impl App {
     /// direction already in force is joined, not repeated.
     pub async fn rotate(
         &self,
+        service: Option<&str>,
         arg: &str,
         op: Op,
         timeout: Option<Duration>,
@@ -140,7 +143,7 @@ impl App {
             Op::Out => "rotate-out",
             Op::In => "rotate-in",
         };
-        let label = match self.resolve_gear(arg) {
+        let label = match self.resolve(service, arg) {
             Ok(l) => l,
             Err(e) => return Reply::error(1, format!("{verb}: {e}")),
         };

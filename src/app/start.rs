@@ -303,7 +303,19 @@ pub(super) fn assemble(
         self_id.clone(),
     );
     let rotation_counters = Arc::new(RotationCounters::default());
-    let mut metrics = Metrics::new(router.clone(), frontend.clone(), crate::time::unix_secs());
+    let proxy = Arc::new(proxy);
+    let services = Arc::new(crate::services::ServiceSet::new(
+        proxy.clone(),
+        &cfg,
+        &self_id,
+    ));
+    let routers = services.clone();
+    let mut metrics = Metrics::new(
+        router.clone(),
+        Arc::new(move || routers.routers()),
+        frontend.clone(),
+        crate::time::unix_secs(),
+    );
     metrics.register(ClusterCollector {
         cluster: cluster.clone(),
         scaler: scaler.clone(),
@@ -319,12 +331,6 @@ pub(super) fn assemble(
         metrics,
         rotation_counters,
     };
-    let proxy = Arc::new(proxy);
-    let services = Arc::new(crate::services::ServiceSet::new(
-        proxy.clone(),
-        &cfg,
-        &self_id,
-    ));
     Ok(Arc::new(App {
         services,
         id: Identity::of(&cfg, self_id),

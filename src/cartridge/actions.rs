@@ -264,6 +264,7 @@ fn rotate(
             op,
             timeout_ms: None,
             node: true,
+            service: None,
         };
         let reply = call_or_record(&cfg, request, |p| {
             let names = super::registry::Names::of(&cfg.gear);

@@ -123,10 +123,11 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             };
             (
                 Request::Rotate {
-                    gear: service_gear(service, gear),
+                    gear,
                     op: crate::rotation::Op::Out,
                     timeout_ms,
                     node: false,
+                    service,
                 },
                 as_json,
             )
@@ -138,10 +139,11 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             as_json,
         } => (
             Request::Rotate {
-                gear: service_gear(service, gear),
+                gear,
                 op: crate::rotation::Op::In,
                 timeout_ms: None,
                 node: false,
+                service,
             },
             as_json,
         ),
@@ -308,15 +310,6 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         }
     }
     reply.exit_code
-}
-
-/// What a rotate command names: `<service>/<backend>` for a service's backend, the gear
-/// alone otherwise.
-fn service_gear(service: Option<String>, gear: String) -> String {
-    match service {
-        Some(s) => format!("{s}/{gear}"),
-        None => gear,
-    }
 }
 
 /// `ctl services` for a person, from the JSON report.

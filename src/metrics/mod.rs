@@ -22,5 +22,5 @@ mod registry;
 
 pub use cluster::{ClusterCollector, RotationCounters};
 pub use format::{negotiate, to_text_004, Format, CONTENT_TYPE, TEXT_CONTENT_TYPE};
-pub use proxy::CoreCollector;
+pub use proxy::{CoreCollector, ServiceRouters};
 pub use registry::Metrics;

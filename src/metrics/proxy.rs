@@ -14,9 +14,14 @@ use crate::routing::{BackendState, Entry, Router, Target};
 use crate::stats::latency::BUCKETS_SECS;
 use crate::stats::FrontendStats;
 
+/// The routers of the services beside the default one, read at scrape time.
+pub type ServiceRouters = Arc<dyn Fn() -> Vec<(Arc<str>, Arc<Router>)> + Send + Sync>;
+
 /// Frontend and backend metrics, read from the live counters at scrape time.
 pub struct CoreCollector {
     pub(super) router: Arc<Router>,
+    /// The other services' routers, by name.
+    pub(super) services: ServiceRouters,
     pub(super) frontend: Arc<FrontendStats>,
     pub(super) start_unix: u64,
 }
@@ -123,11 +128,22 @@ impl Collector for CoreCollector {
         )?;
 
         // Backends (the web gears).
-        let table = self.router.snapshot();
+        // The default service's backends keep the labels they always had; those of
+        // the other services also have a `service` label.
+        let mut snaps = vec![(None, self.router.snapshot())];
+        snaps.extend(
+            (self.services)()
+                .into_iter()
+                .map(|(name, r)| (Some(name), r.snapshot())),
+        );
+        let rows: Vec<(&Option<Arc<str>>, &Entry, &Arc<Target>)> = snaps
+            .iter()
+            .flat_map(|(s, t)| t.iter().map(move |(en, tg)| (s, en, tg)))
+            .collect();
+        let bl = backend_labels;
         let each = |get: &dyn Fn(&Entry, &Target) -> u64| -> Vec<(Labels, u64)> {
-            table
-                .iter()
-                .map(|(en, t)| (labels(&[("backend", en.backend.name())]), get(en, t)))
+            rows.iter()
+                .map(|(s, en, t)| (bl(s, en, &[]), get(en, t)))
                 .collect()
         };
         family(
@@ -138,12 +154,9 @@ impl Collector for CoreCollector {
             &each(&|_, t| r(&t.stats.requests)),
         )?;
         let mut responses = Vec::new();
-        for (en, t) in table.iter() {
+        for (s, en, t) in rows.iter() {
             for (c, a) in CLASSES.iter().zip(&t.stats.responses) {
-                responses.push((
-                    labels(&[("backend", en.backend.name()), ("class", c)]),
-                    r(a),
-                ));
+                responses.push((bl(s, en, &[("class", c)]), r(a)));
             }
         }
         family(
@@ -154,17 +167,14 @@ impl Collector for CoreCollector {
             &responses,
         )?;
         let mut errors = Vec::new();
-        for (en, t) in table.iter() {
+        for (svc, en, t) in rows.iter() {
             let s = &t.stats;
             for (kind, a) in [
                 ("connect", &s.connect_errors),
                 ("response", &s.response_errors),
                 ("timeout", &s.timeouts),
             ] {
-                errors.push((
-                    labels(&[("backend", en.backend.name()), ("kind", kind)]),
-                    r(a),
-                ));
+                errors.push((bl(svc, en, &[("kind", kind)]), r(a)));
             }
         }
         family(
@@ -226,7 +236,7 @@ impl Collector for CoreCollector {
             &each(&|_, t| t.pool.idle_connections() as u64),
         )?;
         let mut states = Vec::new();
-        for en in table.entries() {
+        for (svc, en, _) in rows.iter() {
             let now = en.state();
             for (label, s) in [
                 ("up", BackendState::Up),
@@ -234,10 +244,7 @@ impl Collector for CoreCollector {
                 ("draining", BackendState::Draining),
                 ("drained", BackendState::Drained),
             ] {
-                states.push((
-                    labels(&[("backend", en.backend.name()), ("state", label)]),
-                    u64::from(now == s),
-                ));
+                states.push((bl(svc, en, &[("state", label)]), u64::from(now == s)));
             }
         }
         family(
@@ -255,13 +262,10 @@ impl Collector for CoreCollector {
             &each(&|en, _| u64::from(en.in_subset)),
         )?;
         let mut checks = Vec::new();
-        for (en, t) in table.iter() {
+        for (svc, en, t) in rows.iter() {
             let s = &t.stats;
             for (result, a) in [("ok", &s.checks_ok), ("fail", &s.checks_failed)] {
-                checks.push((
-                    labels(&[("backend", en.backend.name()), ("result", result)]),
-                    r(a),
-                ));
+                checks.push((bl(svc, en, &[("result", result)]), r(a)));
             }
         }
         family(
@@ -299,7 +303,7 @@ impl Collector for CoreCollector {
             None,
             MetricType::Histogram,
         )?;
-        for (en, t) in table.iter() {
+        for (s, en, t) in rows.iter() {
             let h = t.stats.latency.snapshot();
             let buckets: Vec<(f64, u64)> = h
                 .counts
@@ -307,10 +311,22 @@ impl Collector for CoreCollector {
                 .enumerate()
                 .map(|(i, n)| (BUCKETS_SECS.get(i).copied().unwrap_or(f64::INFINITY), *n))
                 .collect();
-            let l = labels(&[("backend", en.backend.name())]);
+            let l = bl(s, en, &[]);
             let mut s = m.encode_family(&l)?;
             s.encode_histogram::<NoLabelSet>(h.sum_secs(), h.count(), &buckets, None)?;
         }
         Ok(())
     }
+}
+
+/// A backend's labels: its service (unless it is the default one's), its name, and
+/// `extra`.
+fn backend_labels(s: &Option<Arc<str>>, en: &Entry, extra: &[(&'static str, &str)]) -> Labels {
+    let mut l: Vec<(&'static str, &str)> = Vec::with_capacity(extra.len() + 2);
+    if let Some(s) = s {
+        l.push(("service", s));
+    }
+    l.push(("backend", en.backend.name()));
+    l.extend_from_slice(extra);
+    labels(&l)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus_client::collector::Collector;
 use prometheus_client::registry::Registry;
 
-use super::proxy::CoreCollector;
+use super::proxy::{CoreCollector, ServiceRouters};
 use crate::routing::Router;
 use crate::stats::FrontendStats;
 
@@ -24,12 +24,18 @@ impl fmt::Debug for Metrics {
 
 impl Metrics {
     /// Metrics of the proxy: frontend and backends.
-    pub fn new(router: Arc<Router>, frontend: Arc<FrontendStats>, start_unix: u64) -> Self {
+    pub fn new(
+        router: Arc<Router>,
+        services: ServiceRouters,
+        frontend: Arc<FrontendStats>,
+        start_unix: u64,
+    ) -> Self {
         let mut m = Metrics {
             registry: Registry::default(),
         };
         m.register(CoreCollector {
             router,
+            services,
             frontend,
             start_unix,
         });

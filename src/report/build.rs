@@ -83,6 +83,9 @@ pub fn backend_reports(table: &Snapshot) -> Vec<BackendReport> {
                     recent_mean_ms: latency::window_mean_ms(&points),
                     recent_responses: points.iter().map(|p| p.responses).sum(),
                 },
+                backup: b.spec.backup,
+                queued: b.queued.load(Ordering::Relaxed),
+                max_connections: b.spec.max_connections,
             }
         })
         .collect()

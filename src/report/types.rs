@@ -72,6 +72,10 @@ pub struct StatusReport {
     /// `connections_limit` is 0.
     #[serde(default)]
     pub status_listener: Option<FrontendReport>,
+    /// The services beside the default one (`[[services]]`, watched files,
+    /// registrations, etcd).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceStatus>,
 }
 
 /// Health-check settings (`[health]`).
@@ -139,7 +143,7 @@ pub struct ListenReport {
     pub status: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrontendReport {
     pub connections_current: u64,
     pub connections_max: u64,
@@ -230,6 +234,32 @@ pub struct BackendReport {
     /// Time to the response head.
     #[serde(default)]
     pub response_time: ResponseTimeReport,
+    /// A service's backup (used only when no other backend is up).
+    #[serde(default)]
+    pub backup: bool,
+    /// Requests waiting for a slot (`max_connections`) now.
+    #[serde(default)]
+    pub queued: u64,
+    /// Its connection limit, if it has one.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+}
+
+/// A service beside the default one: its routes, where they came from, its own
+/// listener's traffic and its backends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    pub name: String,
+    /// `config`, `file <path>`, `registration` or `etcd key <key>`.
+    pub origin: String,
+    pub hosts: Vec<String>,
+    pub paths: Vec<String>,
+    /// Its own listener, when it has one, and that listener's traffic.
+    pub listen: Option<String>,
+    pub frontend: Option<FrontendReport>,
+    /// Whether a backend may take a request, and since when.
+    pub availability: Option<availability::AvailabilityReport>,
+    pub backends: Vec<BackendReport>,
 }
 
 /// Time from handing a request to a backend to its response head.

@@ -37,6 +37,19 @@ use crate::routing::{Admin, Router};
 pub use sources::registration;
 use sources::{merge, Desired, Origin, Refusal, Registration};
 
+/// A service beside the default one, for reports.
+#[derive(Clone)]
+pub struct ServiceView {
+    pub name: Arc<str>,
+    pub origin: Origin,
+    pub hosts: Vec<String>,
+    pub paths: Vec<String>,
+    pub listen: Option<std::net::SocketAddr>,
+    /// Its own listener's counters.
+    pub frontend: Option<Arc<crate::stats::FrontendStats>>,
+    pub router: Arc<Router>,
+}
+
 /// Every service of a balancer (see the module doc).
 pub struct ServiceSet {
     /// This balancer's id in the cluster ("self" alone).
@@ -47,6 +60,8 @@ pub struct ServiceSet {
     all: ArcSwap<BTreeMap<String, Arc<Service>>>,
     /// The configuration in force (set by [`ServiceSet::apply`]).
     cfg: ArcSwap<Config>,
+    /// The services beside the default one, as published (reports).
+    views: ArcSwap<Vec<ServiceView>>,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -60,6 +75,7 @@ impl ServiceSet {
             state: Default::default(),
             all: ArcSwap::from_pointee(BTreeMap::new()),
             cfg: ArcSwap::from_pointee(cfg.clone()),
+            views: ArcSwap::from_pointee(Vec::new()),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         }
@@ -83,6 +99,21 @@ impl ServiceSet {
         let all = self.all.load();
         let s = all.get(name)?;
         Some(s.router.load().can_serve())
+    }
+
+    /// The services beside the default one as last published, for reports (lock-free).
+    pub fn views(&self) -> Vec<ServiceView> {
+        self.views.load().as_ref().clone()
+    }
+
+    /// The routers of the services beside the default one, by name.
+    pub fn routers(&self) -> Vec<(Arc<str>, Arc<Router>)> {
+        self.all
+            .load()
+            .values()
+            .filter(|s| &*s.name != DEFAULT_SERVICE)
+            .map(|s| (s.name.clone(), s.router.clone()))
+            .collect()
     }
 
     /// The router of `name`'s service (the default one's too), lock-free.
@@ -394,6 +425,9 @@ impl ServiceSet {
                 if let Some((_, l, _)) = &r.listener {
                     l.cancel();
                 }
+                if let Some((_, h)) = &r.health_port {
+                    h.cancel();
+                }
                 for t in r.service.router.load().targets() {
                     r.service.router.set_admin(t.name(), Admin::Draining);
                 }
@@ -442,6 +476,7 @@ impl ServiceSet {
                     health,
                     stop,
                     listener: None,
+                    health_port: None,
                     draining: HashMap::new(),
                 },
             );
@@ -465,6 +500,8 @@ impl ServiceSet {
                 }
             }
         }
+        r.config.health.listen = d.config.health.listen;
+        running::ensure_health_port(r).await?;
         if let Some((_, _, ctx)) = &r.listener {
             ctx.settings.store(settings.clone());
         }
@@ -510,6 +547,20 @@ impl ServiceSet {
             .services
             .store((!single).then(|| Arc::new(Services::new(table, &list))));
         self.all.store(Arc::new(all));
+        self.views.store(Arc::new(
+            st.running
+                .values()
+                .map(|r| ServiceView {
+                    name: r.service.name.clone(),
+                    origin: r.origin.clone(),
+                    hosts: r.config.hosts.clone(),
+                    paths: r.config.paths.clone(),
+                    listen: r.listener.as_ref().map(|l| l.0),
+                    frontend: r.listener.as_ref().map(|l| l.2.stats.clone()),
+                    router: r.service.router.clone(),
+                })
+                .collect(),
+        ));
     }
 
     /// What `gearlb ctl services` shows.

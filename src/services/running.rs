@@ -33,6 +33,8 @@ pub(super) struct Running {
     /// Stops its supervisor (and listener).
     pub(super) stop: CancellationToken,
     pub(super) listener: Option<(SocketAddr, CancellationToken, Arc<ProxyCtx>)>,
+    /// Its health port (`health.listen`), when it has one.
+    pub(super) health_port: Option<(SocketAddr, CancellationToken)>,
     /// Backends that went away, draining until idle or their deadline.
     pub(super) draining: HashMap<String, (BackendSpec, Instant)>,
 }
@@ -156,5 +158,79 @@ impl Bound {
             tracker.clone(),
         ));
         (self.addr, token, ctx)
+    }
+}
+
+/// Bring `r`'s health port (`health.listen`) in line with its definition: any GET on
+/// it is answered 200 while a backend of the service may take a request, else 503.
+pub(super) async fn ensure_health_port(r: &mut Running) -> Result<(), String> {
+    let wanted = r.config.health.listen;
+    if r.health_port.as_ref().map(|h| h.0) == wanted {
+        return Ok(());
+    }
+    let Some(addr) = wanted else {
+        if let Some((_, stop)) = r.health_port.take() {
+            stop.cancel();
+        }
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} (health.listen): {e}"))?;
+    if let Some((_, old)) = r.health_port.take() {
+        old.cancel();
+    }
+    let stop = r.stop.child_token();
+    tokio::spawn(health_port(
+        listener,
+        r.service.router.clone(),
+        stop.clone(),
+    ));
+    info!(service = %r.config.name, %addr, "service health port bound");
+    r.health_port = Some((addr, stop));
+    Ok(())
+}
+
+async fn health_port(
+    listener: tokio::net::TcpListener,
+    router: Arc<crate::routing::Router>,
+    stop: CancellationToken,
+) {
+    use http_body_util::Full;
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let router = router.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |_req| {
+                let up = router.load().can_serve();
+                let (status, body) = if up {
+                    (200, "1\n")
+                } else {
+                    (503, "no backend of this service is available\n")
+                };
+                let mut resp =
+                    http::Response::new(Full::new(bytes::Bytes::from_static(body.as_bytes())));
+                *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or_default();
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.cancelled() => {}
+            }
+        });
     }
 }

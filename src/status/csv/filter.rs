@@ -1,7 +1,7 @@
 //! The row filter of `show stat` (`<iid> <type> <sid>`, `up`, `no-maint`) and of the
 //! HTTP page's `;up` and `;no-maint`.
 
-use super::fields::{PROXY_ID, TYPE_BACKEND, TYPE_FRONTEND, TYPE_SERVER};
+use super::fields::{TYPE_BACKEND, TYPE_FRONTEND, TYPE_SERVER};
 use crate::routing::BackendState;
 
 /// Which rows a document holds: HAProxy's `show stat [<iid> <type> <sid>] [up|no-maint]`
@@ -37,9 +37,9 @@ impl Filter {
         self.iid.is_none_or(|i| i == iid) && self.types & row_type != 0
     }
 
-    pub(super) fn shows_server(&self, sid: u32, state: BackendState) -> bool {
+    pub(super) fn shows_server(&self, iid: u32, sid: u32, state: BackendState) -> bool {
         let maint = state == BackendState::Drained;
-        self.shows(PROXY_ID, TYPE_SERVER)
+        self.shows(iid, TYPE_SERVER)
             && self.sid.is_none_or(|s| s == sid)
             && !(self.hide_maint && maint)
             && !(self.hide_down && (maint || state == BackendState::Down))

@@ -1,6 +1,8 @@
 //! The CSV document: a [`StatusReport`] mapped onto rows as the old cartridge's two
 //! proxies (`stats`: `FRONTEND`, `BACKEND`; `express`: `FRONTEND`, one row per server,
-//! `BACKEND`), in that order, with the rows a [`Filter`] selects.
+//! `BACKEND`), in that order, then one proxy per other service (its listener's
+//! `FRONTEND` when it has one, its servers, its `BACKEND`; `iid` 3 and on, in name
+//! order), with the rows a [`Filter`] selects.
 
 use super::fields::{
     check_status, server_status, COLUMNS, PROXY, PROXY_ID, STATS_PROXY, STATS_PROXY_ID,
@@ -20,9 +22,20 @@ fn fill_responses(row: &mut Row, r: &crate::report::ByClass) {
     row.set("hrsp_other", 0);
 }
 
-fn server_row(report: &StatusReport, index: usize, b: &BackendReport) -> Row {
-    let mut row = Row::new(PROXY, PROXY_ID, &b.name);
-    row.set("qcur", 0); // gearlb never queues a request
+/// One proxy's part of the report: the default service (`express`) or another.
+struct Section<'a> {
+    pxname: &'a str,
+    iid: u32,
+    backends: &'a [BackendReport],
+    /// Its frontend's traffic (the balancer's, or the service's own listener's).
+    frontend: &'a FrontendReport,
+    availability: Option<&'a crate::stats::availability::AvailabilityReport>,
+    health: Option<&'a crate::report::HealthReport>,
+}
+
+fn server_row(px: &Section, index: usize, b: &BackendReport) -> Row {
+    let mut row = Row::new(px.pxname, px.iid, &b.name);
+    row.set("qcur", b.queued);
     row.set("qmax", 0);
     row.set("scur", b.sessions);
     row.set("smax", b.sessions_max.max(b.sessions));
@@ -43,9 +56,13 @@ fn server_row(report: &StatusReport, index: usize, b: &BackendReport) -> Row {
             1
         },
     );
-    // Backends outside this balancer's subset are its backups.
-    row.set("act", u8::from(b.in_subset));
-    row.set("bck", u8::from(!b.in_subset));
+    // Backends outside this balancer's subset are its backups, as a service's are.
+    let backup = !b.in_subset || b.backup;
+    row.set("act", u8::from(!backup));
+    row.set("bck", u8::from(backup));
+    if let Some(m) = b.max_connections {
+        row.set("slim", m);
+    }
     row.set("chkfail", b.checks_failed);
     row.set("chkdown", b.down_transitions);
     row.set("lastchg", b.last_change_secs);
@@ -74,7 +91,7 @@ fn server_row(report: &StatusReport, index: usize, b: &BackendReport) -> Row {
             .or(b.response_time.mean_ms)
             .map(|ms| ms.round() as u64),
     );
-    if let Some(h) = report.health.as_ref().filter(|h| h.enabled) {
+    if let Some(h) = px.health.filter(|h| h.enabled) {
         row.set("check_rise", h.rise);
         row.set("check_fall", h.fall);
     }
@@ -83,21 +100,29 @@ fn server_row(report: &StatusReport, index: usize, b: &BackendReport) -> Row {
     row
 }
 
-fn backend_row(report: &StatusReport) -> Row {
-    let bs = &report.backends;
+fn backend_row(px: &Section) -> Row {
+    let bs = px.backends;
     let sum = |f: fn(&BackendReport) -> u64| bs.iter().map(f).sum::<u64>();
     let usable = |b: &&BackendReport| b.state == BackendState::Up;
-    let active = bs.iter().filter(usable).filter(|b| b.in_subset).count();
-    let backup = bs.iter().filter(usable).filter(|b| !b.in_subset).count();
-    let mut row = Row::new(PROXY, PROXY_ID, "BACKEND");
+    let active = bs
+        .iter()
+        .filter(usable)
+        .filter(|b| b.in_subset && !b.backup)
+        .count();
+    let backup = bs
+        .iter()
+        .filter(usable)
+        .filter(|b| !b.in_subset || b.backup)
+        .count();
+    let mut row = Row::new(px.pxname, px.iid, "BACKEND");
     let scur = sum(|b| b.sessions);
-    row.set("qcur", 0);
+    row.set("qcur", sum(|b| b.queued));
     row.set("qmax", 0);
     row.set("scur", scur);
     // Requests in flight at once on the whole balancer: what reaches this backend.
-    row.set("smax", report.frontend.requests_max.max(scur));
+    row.set("smax", px.frontend.requests_max.max(scur));
     // HAProxy's fullconn, which for a `listen` section without one is its maxconn.
-    row.set("slim", report.frontend.connections_limit);
+    row.set("slim", px.frontend.connections_limit);
     row.set("stot", sum(|b| b.requests_total));
     row.set("bin", sum(|b| b.bytes_sent));
     row.set("bout", sum(|b| b.bytes_received));
@@ -112,7 +137,7 @@ fn backend_row(report: &StatusReport) -> Row {
     row.set("act", active);
     row.set("bck", backup);
     // Of the backend as a whole (no backend available), not the sum of the servers'.
-    if let Some(a) = &report.availability {
+    if let Some(a) = px.availability {
         row.set("chkdown", a.down_transitions);
         row.set("lastchg", a.last_change_secs);
         row.set("downtime", a.downtime_secs);
@@ -121,7 +146,7 @@ fn backend_row(report: &StatusReport) -> Row {
     row.set("type", 1);
     let rate = sum(|b| b.request_rate);
     row.set("rate", rate);
-    row.set("rate_max", report.frontend.request_rate_max.max(rate));
+    row.set("rate_max", px.frontend.request_rate_max.max(rate));
     let mut by_class = crate::report::ByClass::default();
     for b in bs {
         by_class.c1 += b.responses.c1;
@@ -229,16 +254,42 @@ pub fn render_filtered(report: &StatusReport, filter: &Filter) -> String {
             stats_backend_row(report, f).write(&mut out);
         }
     }
-    if filter.shows(PROXY_ID, TYPE_FRONTEND) {
-        frontend_row(PROXY, PROXY_ID, &report.frontend).write(&mut out);
-    }
-    for (i, b) in report.backends.iter().enumerate() {
-        if filter.shows_server(i as u32 + 1, b.state) {
-            server_row(report, i, b).write(&mut out);
-        }
-    }
-    if filter.shows(PROXY_ID, TYPE_BACKEND) {
-        backend_row(report).write(&mut out);
+    let main = Section {
+        pxname: PROXY,
+        iid: PROXY_ID,
+        backends: &report.backends,
+        frontend: &report.frontend,
+        availability: report.availability.as_ref(),
+        health: report.health.as_ref(),
+    };
+    section(&main, true, filter, &mut out);
+    let none = FrontendReport::default();
+    for (k, svc) in report.services.iter().enumerate() {
+        let px = Section {
+            pxname: &svc.name,
+            iid: PROXY_ID + 1 + k as u32,
+            backends: &svc.backends,
+            frontend: svc.frontend.as_ref().unwrap_or(&none),
+            availability: svc.availability.as_ref(),
+            health: report.health.as_ref(),
+        };
+        section(&px, svc.frontend.is_some(), filter, &mut out);
     }
     out
+}
+
+/// One proxy's rows: its `FRONTEND` (when it has a listener of its own), servers and
+/// `BACKEND`.
+fn section(px: &Section, frontend: bool, filter: &Filter, out: &mut String) {
+    if frontend && filter.shows(px.iid, TYPE_FRONTEND) {
+        frontend_row(px.pxname, px.iid, px.frontend).write(out);
+    }
+    for (i, b) in px.backends.iter().enumerate() {
+        if filter.shows_server(px.iid, i as u32 + 1, b.state) {
+            server_row(px, i, b).write(out);
+        }
+    }
+    if filter.shows(px.iid, TYPE_BACKEND) {
+        backend_row(px).write(out);
+    }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use super::format::esc;
-use super::sections::{backends, frontend, peers, rotations};
+use super::sections::{backends, frontend, peers, rotations, service};
 use crate::report::StatusReport;
 
 /// Options of one rendering.
@@ -138,6 +138,9 @@ pub fn render(r: &StatusReport, opts: &PageOptions) -> String {
 
     frontend(&mut h, r);
     backends(&mut h, r);
+    for svc in &r.services {
+        service(&mut h, svc);
+    }
     peers(&mut h, r);
     rotations(&mut h, r);
 

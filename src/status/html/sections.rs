@@ -123,17 +123,45 @@ pub(super) fn frontend(h: &mut String, r: &StatusReport) {
 }
 
 pub(super) fn backends(h: &mut String, r: &StatusReport) {
-    let n = |s: BackendState| r.backends.iter().filter(|b| b.state == s).count();
+    backend_table(h, "Backends", "backends", &r.backends);
+}
+
+/// A service beside the default one: its routes and where they came from, then its
+/// backends.
+pub(super) fn service(h: &mut String, svc: &crate::report::ServiceStatus) {
+    let title = format!("Service {}", esc(&svc.name));
+    backend_table(
+        h,
+        &title,
+        &format!("service-{}", esc(&svc.name)),
+        &svc.backends,
+    );
+    let listen = svc
+        .listen
+        .as_deref()
+        .map(|l| format!(" · listener {}", esc(l)))
+        .unwrap_or_default();
     let _ = writeln!(
         h,
-        "<h2>Backends<span class=\"count\">{} up · {} down · {} draining · {} drained</span></h2>",
+        "<p class=\"routes\">hosts {} · paths {}{listen} · from {}</p>",
+        esc(&svc.hosts.join(", ")),
+        esc(&svc.paths.join(", ")),
+        esc(&svc.origin)
+    );
+}
+
+fn backend_table(h: &mut String, title: &str, id: &str, list: &[crate::report::BackendReport]) {
+    let n = |s: BackendState| list.iter().filter(|b| b.state == s).count();
+    let _ = writeln!(
+        h,
+        "<h2>{title}<span class=\"count\">{} up · {} down · {} draining · {} drained</span></h2>",
         n(BackendState::Up),
         n(BackendState::Down),
         n(BackendState::Draining),
         n(BackendState::Drained)
     );
-    h.push_str("<section class=\"panel\" id=\"backends\">");
-    if r.backends.is_empty() {
+    let _ = write!(h, "<section class=\"panel\" id=\"{id}\">");
+    if list.is_empty() {
         h.push_str("<p class=\"empty\">no backend configured yet</p></section>\n");
         return;
     }
@@ -145,7 +173,7 @@ pub(super) fn backends(h: &mut String, r: &StatusReport) {
          <th>Response time, 5 min</th></tr></thead><tbody>\n",
     );
     let now = crate::time::unix_secs();
-    for b in &r.backends {
+    for b in list {
         let (class, label) = state_badge(b.state);
         let _ = write!(
             h,

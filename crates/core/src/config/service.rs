@@ -7,7 +7,7 @@
 //! Keys of a service: `name` (required), `hosts` (list; `["*"]`, any host, when absent
 //! and the service has no `listen`), `paths` (list of prefixes, default `["/"]`),
 //! `listen` (`ip:port`), `sticky_cookie`, `queue_timeout`, `[health]` (`path`, `expect`,
-//! `port`), `[timeouts]` (`connect`, `server`) and `[[backends]]` (`name`, `addr`,
+//! `port`, `listen`), `[timeouts]` (`connect`, `server`) and `[[backends]]` (`name`, `addr`,
 //! `backup`, `max_connections`).
 
 use std::path::Path;
@@ -101,11 +101,19 @@ pub(super) fn read_service(
                 .is_some()
                 .then(|| hr.uint("port", 0, 1, 65535) as u16)
                 .filter(|p| *p != 0);
+            let listen = hr.str_value("listen").and_then(|l| match l.parse() {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    hr.problem("listen", format!("{l:?} is not an ip:port address"));
+                    None
+                }
+            });
             hr.finish();
             ServiceHealth {
                 path: hp,
                 expect,
                 port,
+                listen,
             }
         }
     };

@@ -177,10 +177,11 @@ pub(super) fn validate_services(cfg: &Config, problems: &mut Vec<Problem>) {
                 ),
             });
         }
-        if let Some(l) = s.listen {
+        for (key, l) in [("listen", s.listen), ("health.listen", s.health.listen)] {
+            let Some(l) = l else { continue };
             if l.port() != 0 && listens.contains(&l) {
                 problems.push(Problem {
-                    path: format!("services[{i}].listen"),
+                    path: format!("services[{i}].{key}"),
                     message: format!("{l} is already another listener's address"),
                 });
             }

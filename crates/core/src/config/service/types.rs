@@ -36,6 +36,9 @@ pub struct ServiceHealth {
     pub expect: Option<String>,
     /// The port checked, when it is not the traffic port (seed 004's `port + 1`).
     pub port: Option<u16>,
+    /// A listener that answers any GET with 200 while one of the service's backends
+    /// may take a request, else 503 (for whoever sits in front).
+    pub listen: Option<SocketAddr>,
 }
 
 /// A service's timeouts, where they differ from `[timeouts]`.
