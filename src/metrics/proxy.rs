@@ -14,6 +14,9 @@ use crate::routing::{BackendState, Entry, Router, Target};
 use crate::stats::latency::BUCKETS_SECS;
 use crate::stats::FrontendStats;
 
+/// A backend in a scrape: its service (none: the default one), entry and target.
+type BackendRow<'a> = (&'a Option<Arc<str>>, &'a Entry, &'a Arc<Target>);
+
 /// The routers of the services beside the default one, read at scrape time.
 pub type ServiceRouters = Arc<dyn Fn() -> Vec<(Arc<str>, Arc<Router>)> + Send + Sync>;
 
@@ -136,7 +139,7 @@ impl Collector for CoreCollector {
                 .into_iter()
                 .map(|(name, r)| (Some(name), r.snapshot())),
         );
-        let rows: Vec<(&Option<Arc<str>>, &Entry, &Arc<Target>)> = snaps
+        let rows: Vec<BackendRow> = snaps
             .iter()
             .flat_map(|(s, t)| t.iter().map(move |(en, tg)| (s, en, tg)))
             .collect();

@@ -25,17 +25,9 @@ use serde::Deserialize;
 use tracing::{info, warn};
 
 use super::sources::{registration, Registration};
+use super::state::EtcdState;
 use super::ServiceSet;
-use crate::config::{parse_service_file, FileFormat, ServiceConfig};
-
-/// What the prefix holds, parsed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EtcdState {
-    /// Services by key.
-    pub services: BTreeMap<String, ServiceConfig>,
-    /// Instances by key.
-    pub instances: BTreeMap<String, Registration>,
-}
+use crate::config::{parse_service_file, FileFormat};
 
 /// How long one watch runs before the prefix is read whole again.
 const REREAD: Duration = Duration::from_secs(60);

@@ -158,7 +158,7 @@ impl ServiceSet {
     }
 
     /// What etcd holds now (see [`etcd`]); applied when it changed.
-    pub async fn set_etcd(&self, state: etcd::EtcdState) {
+    pub async fn set_etcd(&self, state: EtcdState) {
         let cfg = &*self.cfg.load_full();
         let mut st = self.state.lock().await;
         if st.etcd != state {
@@ -577,4 +577,4 @@ mod state;
 pub use report::{BackendReport, FileReport, ServiceReport, ServicesReport};
 use running::{service_health, service_settings, update_backends, Lease, Running};
 use state::State;
-pub use state::{FileState, Remote};
+pub use state::{EtcdState, FileState, Remote};

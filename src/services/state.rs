@@ -7,10 +7,18 @@ use std::path::PathBuf;
 
 use tokio::time::Instant;
 
-use super::etcd::EtcdState;
 use super::running::{Lease, Running};
 use super::sources::{Refusal, Registration};
 use crate::config::ServiceConfig;
+
+/// What the prefix holds, parsed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EtcdState {
+    /// Services by key.
+    pub services: BTreeMap<String, ServiceConfig>,
+    /// Instances by key.
+    pub instances: BTreeMap<String, Registration>,
+}
 
 /// A watched file as last read.
 #[derive(Clone, Debug, Default)]
