@@ -48,6 +48,8 @@
 #   new_conn       a new client connection per request (wrk, Connection: close)
 #   large_body     1 MiB responses: MB/s (wrk -cLARGE_CONNECTIONS)
 #   many_backends  peak req/s with N=3 and N=MANY_N backends (selection cost)
+#   many_routes    gearlb's peak req/s with R=1 and R=MANY_ROUTES routes (route lookup
+#                  cost: one service with that many hosts, half exact, half wildcards)
 #   churn          peak load while the backend set changes CHURN_HZ times a second
 #                  (gearlb: gearlb ctl update-cluster; haproxy: new process, -sf old)
 #   idle_memory    resident memory (VmRSS) with IDLE_CONNS idle keep-alive clients
@@ -73,7 +75,7 @@ set -euo pipefail
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
 # With none of them set, grep finds nothing: not an error.
-COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -90,12 +92,15 @@ FIXED_FRACTION=${FIXED_FRACTION:-50}   # percent of haproxy-reuse's peak
 FIXED_RATE=${FIXED_RATE:-}             # req/s; empty: FIXED_FRACTION of the measured peak
 LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-16}
 MANY_N=${MANY_N:-1000}
+MANY_ROUTES=${MANY_ROUTES:-10000}
+ROUTE_LAST=$((MANY_ROUTES / 2 - 1))
+RUN_ROUTES=0
 CHURN_HZ=${CHURN_HZ:-10}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
 REF=${REF:-haproxy-reuse}             # the target ratios are computed against
 
-ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends churn idle_memory instructions"
+ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends many_routes churn idle_memory instructions"
 # SCENARIO (one name) is kept for compatibility with the first version of this script.
 read -r -a SCENARIOS <<<"${SCENARIOS:-${SCENARIO:-$ALL_SCENARIOS}}"
 read -r -a TARGETS <<<"${TARGETS:-gearlb haproxy-close haproxy-reuse direct}"
@@ -435,13 +440,36 @@ write_gearlb_config() {
             echo "[limits]"
             echo "max_connections = $((IDLE_CONNS + 2000))"
         fi
-        i=0
-        for p in "${RUN_PORTS[@]}"; do
-            i=$((i + 1))
-            echo "[[backends]]"
-            echo "name = \"web$i\""
-            echo "addr = \"127.0.0.1:$p\""
-        done
+        if ((RUN_ROUTES > 0)); then
+            # many_routes: one service whose hosts are the routes; every request is for
+            # the last wildcard (x.w$((ROUTE_LAST)).bench.example), past an exact miss.
+            echo "[[services]]"
+            echo "name = \"bench\""
+            echo "hosts = ["
+            if ((RUN_ROUTES == 1)); then
+                echo "  \"*.w$ROUTE_LAST.bench.example\","
+            else
+                for ((i = 0; i < RUN_ROUTES / 2; i++)); do
+                    echo "  \"h$i.bench.example\", \"*.w$i.bench.example\","
+                done
+            fi
+            echo "]"
+            i=0
+            for p in "${RUN_PORTS[@]}"; do
+                i=$((i + 1))
+                echo "[[services.backends]]"
+                echo "name = \"web$i\""
+                echo "addr = \"127.0.0.1:$p\""
+            done
+        else
+            i=0
+            for p in "${RUN_PORTS[@]}"; do
+                i=$((i + 1))
+                echo "[[backends]]"
+                echo "name = \"web$i\""
+                echo "addr = \"127.0.0.1:$p\""
+            done
+        fi
     } >"$dir/gearlb.toml"
 }
 
@@ -829,6 +857,25 @@ SCENARIO_BETTER2[many_backends]=lower
 SCENARIO_BETTER[many_backends]=higher
 scenario_many_backends() { scenario_peak_small "$@"; }
 
+SCENARIO_DESC[many_routes]="gearlb's peak req/s with R=1 and R=$MANY_ROUTES routes (one service; its hosts half exact names, half wildcards; every request for x.w$ROUTE_LAST.bench.example): wrk -t1 -c$CONNECTIONS -d${DURATION}s"
+SCENARIO_COLS[many_routes]="req/s p50_ms p99_ms errors cpu_us"
+SCENARIO_TARGETS[many_routes]="gearlb gearlb-alt"
+SCENARIO_VARIANTS[many_routes]="R=1 R=$MANY_ROUTES"
+SCENARIO_METRIC[many_routes]="req/s"
+SCENARIO_METRIC2[many_routes]="cpu_us"
+SCENARIO_BETTER2[many_routes]=lower
+SCENARIO_BETTER[many_routes]=higher
+scenario_many_routes() {
+    local url=$2/ out=$3 pid t0 cpu r host="Host: x.w$ROUTE_LAST.bench.example"
+    warmup "$url" "$out" "$CONNECTIONS" -H "$host"
+    pid=$(target_pid "$1")
+    t0=$(cpu_ticks "$pid")
+    wrk_run "$out" "$CONNECTIONS" "$DURATION" "$url" -H "$host"
+    cpu=$(cpu_us_per_request "$pid" "$t0" "$out")
+    r=$(parse_wrk "$out")
+    ROW="$(cut -f1-4 <<<"$r")"$'\t'"$cpu"
+}
+
 SCENARIO_DESC[churn]="peak load (wrk -t1 -c$CONNECTIONS -d${DURATION}s) while the backend set changes $CHURN_HZ times a second: gearlb: gearlb ctl update-cluster (one of the three gears left out in turn); haproxy: the cartridge's reload, a new process with -sf OLD on the changed config"
 SCENARIO_COLS[churn]="req/s changes errors"
 SCENARIO_TARGETS[churn]="gearlb haproxy-close haproxy-reuse"
@@ -956,6 +1003,7 @@ scenario_instructions() {
 scenario_setup() {
     RUN_PORTS=("${BACKEND_PORTS[@]}")
     RUN_IDLE=0
+    RUN_ROUTES=0
     RUN_WRAP=()
     case $1 in
     instructions)
@@ -969,6 +1017,7 @@ scenario_setup() {
         fi
         ;;
     idle_memory) RUN_IDLE=1 ;;
+    many_routes) RUN_ROUTES=${2#R=} ;;
     esac
 }
 
