@@ -37,6 +37,9 @@ use crate::routing::{Admin, Router};
 pub use sources::registration;
 use sources::{merge, Desired, Origin, Refusal, Registration};
 
+/// The most instances registered with one balancer at once.
+pub const MAX_REGISTRATIONS: usize = 10_000;
+
 /// A service beside the default one, for reports.
 #[derive(Clone)]
 pub struct ServiceView {
@@ -138,6 +141,13 @@ impl ServiceSet {
                 }
             }
         }
+        for (path, f) in &files {
+            let Some(g) = &f.good else { continue };
+            let new = st.files.get(path).and_then(|o| o.good.as_ref()) != Some(g);
+            if new && shared_file_value(path, g).is_none() {
+                warn!(service = %g.name, file = %path.display(), "service too large to share by gossip: served by this balancer only");
+            }
+        }
         for path in st.files.keys() {
             if !files.contains_key(path) {
                 info!(file = %path.display(), "service file removed: its service drains");
@@ -170,21 +180,7 @@ impl ServiceSet {
     /// What this balancer shares with the others: the gossip keys of its file
     /// services and of the instances registered here.
     pub async fn local_keys(&self) -> BTreeMap<String, String> {
-        use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX};
-        let st = self.state.lock().await;
-        let mut out = BTreeMap::new();
-        for (path, f) in &st.files {
-            if let Some(g) = &f.good {
-                let v = serde_json::json!({ "path": path, "service": g });
-                out.insert(format!("{SERVICE_FILE_PREFIX}{}", g.name), v.to_string());
-            }
-        }
-        for ((service, backend), l) in &st.leases {
-            if let Ok(v) = serde_json::to_string(&l.reg) {
-                out.insert(format!("{REGISTRATION_PREFIX}{service}/{backend}"), v);
-            }
-        }
-        out
+        self.state.lock().await.shared_keys()
     }
 
     /// Register (or renew) an instance; the reply says until when. Refused with why
@@ -207,6 +203,11 @@ impl ServiceSet {
         }
         let key = (reg.service.clone(), reg.backend.clone());
         let renewed = st.leases.get(&key).is_some_and(|l| l.reg == reg);
+        if !st.leases.contains_key(&key) && st.leases.len() >= MAX_REGISTRATIONS {
+            return Err(format!(
+                "registration refused: {MAX_REGISTRATIONS} instances are registered here already"
+            ));
+        }
         let previous = st.leases.insert(
             key.clone(),
             Lease {
@@ -576,5 +577,5 @@ mod running;
 mod state;
 pub use report::{BackendReport, FileReport, ServiceReport, ServicesReport};
 use running::{service_health, service_settings, update_backends, Lease, Running};
-use state::State;
+use state::{shared_file_value, State};
 pub use state::{EtcdState, FileState, Remote};

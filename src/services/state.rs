@@ -49,3 +49,33 @@ pub(super) struct State {
     pub(super) retiring: Vec<(Running, Instant)>,
     pub(super) refused: Vec<Refusal>,
 }
+
+impl State {
+    /// The gossip keys of this balancer's file services and of the instances
+    /// registered here (see `super::gossip`).
+    pub(super) fn shared_keys(&self) -> BTreeMap<String, String> {
+        use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX};
+        let mut out = BTreeMap::new();
+        for (path, f) in &self.files {
+            if let Some(g) = &f.good {
+                if let Some(v) = shared_file_value(path, g) {
+                    out.insert(format!("{SERVICE_FILE_PREFIX}{}", g.name), v);
+                }
+            }
+        }
+        for ((service, backend), l) in &self.leases {
+            if let Ok(v) = serde_json::to_string(&l.reg) {
+                out.insert(format!("{REGISTRATION_PREFIX}{service}/{backend}"), v);
+            }
+        }
+        out
+    }
+}
+
+/// The gossip value of a file's service; `None` when it is over gossip's limit (it
+/// would hold back every later key of this balancer: such a service is served here
+/// and not shared).
+pub(super) fn shared_file_value(path: &std::path::Path, g: &ServiceConfig) -> Option<String> {
+    let v = serde_json::json!({ "path": path, "service": g }).to_string();
+    (v.len() <= crate::cluster::keys::MAX_VALUE).then_some(v)
+}

@@ -54,6 +54,19 @@ pub const RESTART_ONLY: &[RestartOnly] = &[
         changed: |a, b| a.limits.max_connections != b.limits.max_connections,
         keep: |new, old| new.limits.max_connections = old.limits.max_connections,
     },
+    // The watcher and the etcd follower start with the balancer.
+    RestartOnly {
+        name: "discovery (dir, etcd, etcd_prefix)",
+        changed: |a, b| {
+            let (a, b) = (&a.discovery, &b.discovery);
+            a.dir != b.dir || a.etcd != b.etcd || a.etcd_prefix != b.etcd_prefix
+        },
+        keep: |new, old| {
+            new.discovery.dir = old.discovery.dir.clone();
+            new.discovery.etcd = old.discovery.etcd.clone();
+            new.discovery.etcd_prefix = old.discovery.etcd_prefix.clone();
+        },
+    },
     RestartOnly {
         name: "limits.max_idle_per_backend",
         changed: |a, b| a.limits.max_idle_per_backend != b.limits.max_idle_per_backend,
