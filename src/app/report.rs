@@ -136,7 +136,13 @@ impl StatusSource for App {
     }
 
     fn healthy(&self) -> bool {
+        // A balancer of services alone is healthy while one of them can serve.
         self.router.load().can_serve()
+            || self
+                .services
+                .views()
+                .iter()
+                .any(|v| v.router.load().can_serve())
     }
 
     fn service_healthy(&self, name: &str) -> Option<bool> {

@@ -380,37 +380,30 @@ impl ServiceSet {
         let (mut desired, merged_refused) = merge(&cfg.services, &files, &regs);
         refused.extend(merged_refused);
         let default = cfg.default_service();
-        let mut specs = Vec::new();
-        if default {
-            specs.push(crate::config::default_route());
-        }
-        specs.extend(desired.iter().map(|d| d.config.route_spec()));
-        let (_, conflicts) = RouteTable::build(&specs);
-        for (service, errors) in conflicts {
-            if let Some(i) = desired.iter().position(|d| d.config.name == service) {
-                let d = desired.remove(i);
-                let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-                refused.push(Refusal {
-                    service,
-                    origin: d.origin,
-                    backend: None,
-                    why: why.join("; "),
-                });
-            }
-        }
+        sources::resolve_conflicts(
+            &mut desired,
+            default,
+            |name| st.running.get(name).map(|r| r.config.clone()),
+            &mut refused,
+        );
         // Own listeners: bound before anything is published; one that cannot be bound
         // refuses its service (a running one keeps its listener).
         let mut kept = Vec::new();
         for d in desired {
-            match self.ensure(st, cfg, &d).await {
-                Ok(()) => kept.push(d),
-                Err(why) => refused.push(Refusal {
+            let result = self.ensure(st, cfg, &d).await;
+            if let Err(why) = result {
+                refused.push(Refusal {
                     service: d.config.name.clone(),
                     origin: d.origin.clone(),
                     backend: None,
                     why,
-                }),
+                });
+                // A running service stays as it was.
+                if !st.running.contains_key(&d.config.name) {
+                    continue;
+                }
             }
+            kept.push(d);
         }
         let desired = kept;
         // What went away drains.
@@ -501,8 +494,7 @@ impl ServiceSet {
                 }
             }
         }
-        r.config.health.listen = d.config.health.listen;
-        running::ensure_health_port(r).await?;
+        running::ensure_health_port(r, d.config.health.listen).await?;
         if let Some((_, _, ctx)) = &r.listener {
             ctx.settings.store(settings.clone());
         }

@@ -163,8 +163,10 @@ impl Bound {
 
 /// Bring `r`'s health port (`health.listen`) in line with its definition: any GET on
 /// it is answered 200 while a backend of the service may take a request, else 503.
-pub(super) async fn ensure_health_port(r: &mut Running) -> Result<(), String> {
-    let wanted = r.config.health.listen;
+pub(super) async fn ensure_health_port(
+    r: &mut Running,
+    wanted: Option<SocketAddr>,
+) -> Result<(), String> {
     if r.health_port.as_ref().map(|h| h.0) == wanted {
         return Ok(());
     }

@@ -269,6 +269,54 @@ pub fn registration(
     }
 }
 
+/// Refuse the later claimant of every route (the default service's, when it is served,
+/// comes first): it leaves `desired`, unless it runs now with another definition
+/// (`running`), which it keeps when that one conflicts with nothing (a file edited into
+/// a conflict keeps serving as it was). Every refusal is pushed, naming both services.
+pub fn resolve_conflicts(
+    desired: &mut Vec<Desired>,
+    default: bool,
+    running: impl Fn(&str) -> Option<ServiceConfig>,
+    refused: &mut Vec<Refusal>,
+) {
+    for pass in 0..3 {
+        let mut specs = Vec::new();
+        if default {
+            specs.push(crate::config::default_route());
+        }
+        specs.extend(desired.iter().map(|d| d.config.route_spec()));
+        let (_, conflicts) = crate::routing::routes::RouteTable::build(&specs);
+        let mut again = false;
+        for (service, errors) in conflicts {
+            let Some(i) = desired.iter().position(|d| d.config.name == service) else {
+                continue;
+            };
+            let mut why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            let last_good = running(&service).filter(|c| *c != desired[i].config && pass < 2);
+            let origin = desired[i].origin.clone();
+            match last_good {
+                Some(c) => {
+                    why.push("its last good definition is kept".into());
+                    desired[i].config = c;
+                    again = true;
+                }
+                None => {
+                    desired.remove(i);
+                }
+            }
+            refused.push(Refusal {
+                service,
+                origin,
+                backend: None,
+                why: why.join("; "),
+            });
+        }
+        if !again {
+            break;
+        }
+    }
+}
+
 fn backend_of(r: &Registration) -> ServiceBackend {
     ServiceBackend {
         name: r.backend.clone(),
@@ -384,5 +432,40 @@ mod tests {
         let ordered = order_registrations(regs);
         let names: Vec<&str> = ordered.iter().map(|r| r.backend.as_str()).collect();
         assert_eq!(names, ["i9", "i2"], "routes first; one instance once");
+    }
+
+    #[test]
+    fn a_conflicting_edit_keeps_the_last_good_definition_and_a_new_claimant_goes() {
+        let d = |s: ServiceConfig| Desired {
+            config: s,
+            origin: Origin::File("/d/x.yaml".into()),
+        };
+        let mut desired = vec![
+            d(service("a", "a.example.com")),
+            d(service("b", "a.example.com")),
+            d(service("c", "a.example.com")),
+        ];
+        let running_b = service("b", "b.example.com");
+        let mut refused = Vec::new();
+        resolve_conflicts(
+            &mut desired,
+            false,
+            |name| (name == "b").then(|| running_b.clone()),
+            &mut refused,
+        );
+        let names: Vec<(&str, &str)> = desired
+            .iter()
+            .map(|d| (d.config.name.as_str(), d.config.hosts[0].as_str()))
+            .collect();
+        assert_eq!(names, [("a", "a.example.com"), ("b", "b.example.com")]);
+        assert_eq!(refused.len(), 2);
+        assert!(refused[0].why.contains("last good"), "{refused:?}");
+        assert!(refused.iter().all(|r| r.why.contains("\"a\"")));
+        // The default service's any-host route comes first.
+        let mut desired = vec![d(service("all", "*"))];
+        let mut refused = Vec::new();
+        resolve_conflicts(&mut desired, true, |_| None, &mut refused);
+        assert!(desired.is_empty());
+        assert!(refused[0].why.contains("\"default\""));
     }
 }
