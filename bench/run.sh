@@ -382,8 +382,10 @@ EOF
 }
 
 check_body() {
-    local url=$1 what=$2 got
-    got=$(curl -sS --max-time 5 "$url") || die "$what: request to $url failed"
+    local url=$1 what=$2 got hdr=()
+    # many_routes: the requests' host is one of the service's.
+    ((RUN_ROUTES > 0)) && [[ $what == target* ]] && hdr=(-H "Host: x.w$ROUTE_LAST.bench.example")
+    got=$(curl -sS --max-time 5 "${hdr[@]}" "$url") || die "$what: request to $url failed"
     [[ $got == "$BODY" ]] || die "$what: $url answered '$got', expected '$BODY'"
 }
 
