@@ -24,6 +24,8 @@ fn router(n: usize) -> Router {
                 cookie: None,
                 backup: false,
                 max_connections: None,
+                version: None,
+                compatible: Vec::new(),
             })
             .collect(),
     );

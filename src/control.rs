@@ -81,6 +81,25 @@ pub enum Request {
         /// Lease, milliseconds; default `discovery.ttl`.
         #[serde(default)]
         ttl_ms: Option<u64>,
+        /// The version it runs, and those it is compatible with.
+        #[serde(default)]
+        version: Option<String>,
+        #[serde(default)]
+        compatible: Vec<String>,
+    },
+    /// Make a version's group of a service active now (the older ones drain).
+    Cutover {
+        service: String,
+        version: String,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// Hold a version's group of a service back, or release it.
+    Hold {
+        service: String,
+        version: String,
+        #[serde(default)]
+        release: bool,
     },
     /// An instance leaves: it drains, then goes.
     Deregister {

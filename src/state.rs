@@ -342,6 +342,8 @@ mod tests {
                     cookie: None,
                     backup: false,
                     max_connections: None,
+                    version: None,
+                    compatible: Vec::new(),
                 })
                 .collect(),
             peers: Vec::new(),

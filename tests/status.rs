@@ -1075,6 +1075,7 @@ fn sample_report() -> StatusReport {
             backup: false,
             queued: 0,
             max_connections: None,
+            version: None,
         }
     };
     StatusReport {

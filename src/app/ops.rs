@@ -54,6 +54,8 @@ impl App {
                 cookie: None,
                 backup: false,
                 max_connections: None,
+                version: None,
+                compatible: Vec::new(),
             })
             .collect();
         // A gear whose entry was malformed keeps its current address rather than being
@@ -446,10 +448,13 @@ impl control::Handler for App {
                 hosts,
                 paths,
                 ttl_ms,
+                version,
+                compatible,
             } => {
                 let default_ttl = self.config.lock().await.discovery.ttl;
                 let ttl = ttl_ms.map(Duration::from_millis).unwrap_or(default_ttl);
-                let reg = crate::services::registration(service, backend, &addr, hosts, paths, ttl);
+                let reg = crate::services::registration(service, backend, &addr, hosts, paths, ttl)
+                    .and_then(|r| r.with_version(version, compatible));
                 match reg {
                     Err(why) => Reply::error(EXIT_CONFIG, why),
                     Ok(reg) => match self.services.register(reg, ttl).await {
@@ -458,6 +463,26 @@ impl control::Handler for App {
                     },
                 }
             }
+            Request::Cutover {
+                service,
+                version,
+                timeout_ms,
+            } => {
+                let default = self.config.lock().await.rotate.timeout;
+                let timeout = timeout_ms.map(Duration::from_millis).unwrap_or(default);
+                match self.services.cutover(&service, &version, timeout).await {
+                    Ok(m) => Reply::ok(m, serde_json::Value::Null),
+                    Err(why) => Reply::error(1, format!("cutover: {why}")),
+                }
+            }
+            Request::Hold {
+                service,
+                version,
+                release,
+            } => match self.services.hold(&service, &version, release).await {
+                Ok(m) => Reply::ok(m, serde_json::Value::Null),
+                Err(why) => Reply::error(1, format!("hold: {why}")),
+            },
             Request::Deregister { service, backend } => {
                 match self.services.deregister(&service, &backend).await {
                     Ok(m) => Reply::ok(m, serde_json::Value::Null),

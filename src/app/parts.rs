@@ -123,6 +123,8 @@ pub(super) fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         })
         .collect();
     if let Some(l) = local_gear_spec(cfg) {
@@ -144,6 +146,8 @@ pub(super) fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
         cookie,
         backup: false,
         max_connections: None,
+        version: None,
+        compatible: Vec::new(),
     })
 }
 

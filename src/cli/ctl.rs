@@ -94,6 +94,28 @@ pub enum CtlCommand {
         /// A path prefix of the service (default /); repeat.
         #[arg(long = "path")]
         paths: Vec<String>,
+        /// The version it runs (`catalog-2.4.1`).
+        #[arg(long)]
+        version: Option<String>,
+        /// Versions it is compatible with, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        compatible: Vec<String>,
+    },
+    /// Make a version's group of a service active now: the older groups drain.
+    Cutover {
+        service: String,
+        version: String,
+        /// How long to wait for the drain (default rotate.timeout).
+        #[arg(long)]
+        timeout: Option<String>,
+    },
+    /// Hold a version's group of a service back (never active, never the canary).
+    Hold {
+        service: String,
+        version: String,
+        /// Release it instead.
+        #[arg(long)]
+        release: bool,
     },
     /// Take an instance out: it drains, then goes.
     Deregister { service: String, backend: String },
@@ -156,6 +178,8 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             ttl,
             hosts,
             paths,
+            version,
+            compatible,
         } => {
             let ttl_ms = match ttl.as_deref().map(config::parse_duration) {
                 None => None,
@@ -173,10 +197,46 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                     hosts,
                     paths,
                     ttl_ms,
+                    version,
+                    compatible,
                 },
                 false,
             )
         }
+        CtlCommand::Cutover {
+            service,
+            version,
+            timeout,
+        } => {
+            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
+                None => None,
+                Some(Ok(d)) => Some(d.as_millis() as u64),
+                Some(Err(why)) => {
+                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
+                    return EXIT_CONFIG;
+                }
+            };
+            (
+                Request::Cutover {
+                    service,
+                    version,
+                    timeout_ms,
+                },
+                false,
+            )
+        }
+        CtlCommand::Hold {
+            service,
+            version,
+            release,
+        } => (
+            Request::Hold {
+                service,
+                version,
+                release,
+            },
+            false,
+        ),
         CtlCommand::Deregister { service, backend } => {
             (Request::Deregister { service, backend }, false)
         }
@@ -341,12 +401,32 @@ fn services_text(data: &serde_json::Value) -> String {
                 .map(|l| format!(" listener {l}"))
                 .unwrap_or_default(),
         ));
+        if let Some(v) = svc["versions"].as_object() {
+            let groups: Vec<String> = v["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, g)| {
+                    let mark = if v["active"].as_u64() == Some(i as u64) {
+                        " (active)"
+                    } else if v["canary"].as_u64() == Some(i as u64) {
+                        " (canary)"
+                    } else {
+                        ""
+                    };
+                    format!("{}{mark}", g)
+                })
+                .collect();
+            out.push_str(&format!("  versions: {}\n", groups.join(" < ")));
+        }
         for b in svc["backends"].as_array().into_iter().flatten() {
             out.push_str(&format!(
-                "  {:<24} {:<22} {:<9} in flight {}{}{}{}\n",
+                "  {:<24} {:<22} {:<9} {} in flight {}{}{}{}\n",
                 s(&b["name"]),
                 s(&b["addr"]),
                 s(&b["state"]),
+                s(&b["version"]),
                 b["outstanding"],
                 if b["backup"].as_bool() == Some(true) {
                     " backup"

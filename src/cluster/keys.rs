@@ -24,6 +24,7 @@
 //! | `scale`       | the last scale event this balancer made, JSON                       |
 //! | `sf:<name>`   | a service this balancer reads from a watched file, JSON             |
 //! | `sr:<s>/<b>`  | an instance registered here (service `s`, backend `b`), JSON        |
+//! | `sv:<s>`      | a version cut-over or hold decided here for service `s`, JSON        |
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -47,6 +48,7 @@ pub const ACTS: &str = "acts";
 pub const SCALE: &str = "scale";
 pub const SERVICE_FILE_PREFIX: &str = "sf:";
 pub const REGISTRATION_PREFIX: &str = "sr:";
+pub const VERSIONS_PREFIX: &str = "sv:";
 
 /// The down-report bucket of a gear.
 pub fn bucket(label: &str) -> u64 {

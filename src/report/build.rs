@@ -86,6 +86,7 @@ pub fn backend_reports(table: &Snapshot) -> Vec<BackendReport> {
                 backup: b.spec.backup,
                 queued: b.queued.load(Ordering::Relaxed),
                 max_connections: b.spec.max_connections,
+                version: b.spec.version.clone(),
             }
         })
         .collect()

@@ -243,6 +243,9 @@ pub struct BackendReport {
     /// Its connection limit, if it has one.
     #[serde(default)]
     pub max_connections: Option<u32>,
+    /// The version it runs, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A service beside the default one: its routes, where they came from, its own

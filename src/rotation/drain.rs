@@ -277,6 +277,8 @@ mod tests {
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         }]);
         r
     }
@@ -347,6 +349,8 @@ mod tests {
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         }]);
         assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
         let i = rot.submit("web1-ns", Op::In, "lb2", Duration::ZERO);

@@ -31,6 +31,10 @@ struct Register {
     paths: Vec<String>,
     #[serde(default)]
     ttl: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    compatible: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -77,7 +81,9 @@ pub async fn handle(
                 Some(Ok(d)) => d,
                 Some(Err(e)) => return (400, format!("ttl: {e}\n")),
             };
-            let reg = match registration(r.service, r.backend, &r.addr, r.hosts, r.paths, ttl) {
+            let reg = match registration(r.service, r.backend, &r.addr, r.hosts, r.paths, ttl)
+                .and_then(|reg| reg.with_version(r.version, r.compatible))
+            {
                 Ok(reg) => reg,
                 Err(why) => return (400, format!("{why}\n")),
             };

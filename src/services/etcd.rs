@@ -213,6 +213,10 @@ struct Instance {
     hosts: Vec<String>,
     #[serde(default)]
     paths: Vec<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    compatible: Vec<String>,
 }
 
 /// `<service>/<name>` and its value.
@@ -228,6 +232,8 @@ fn parse_instance(key: &str, value: &str) -> Result<Registration, String> {
             addr: v.trim_matches('"').to_string(),
             hosts: vec![],
             paths: vec![],
+            version: None,
+            compatible: vec![],
         }
     };
     registration(
@@ -238,6 +244,7 @@ fn parse_instance(key: &str, value: &str) -> Result<Registration, String> {
         inst.paths,
         Duration::from_secs(60),
     )
+    .and_then(|r| r.with_version(inst.version, inst.compatible))
 }
 
 #[derive(Deserialize)]

@@ -16,7 +16,7 @@ use tracing::debug;
 
 use super::sources::Registration;
 use super::{Remote, ServiceSet};
-use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX};
+use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX, VERSIONS_PREFIX};
 use crate::cluster::Cluster;
 use crate::config::ServiceConfig;
 
@@ -52,7 +52,21 @@ pub async fn share(services: Arc<ServiceSet>, cluster: Arc<Cluster>, stop: Cance
         published = local;
         let files = cluster.peer_keys(SERVICE_FILE_PREFIX).await;
         let regs = cluster.peer_keys(REGISTRATION_PREFIX).await;
-        services.set_remote(decode(files, regs)).await;
+        let ops = cluster.peer_keys(VERSIONS_PREFIX).await;
+        let mut remote = decode(files, regs);
+        for (node, key, value) in ops {
+            let Some(service) = key.strip_prefix(VERSIONS_PREFIX) else {
+                continue;
+            };
+            match serde_json::from_str::<super::state::VersionOps>(&value) {
+                Ok(o) => remote.version_ops.push((node, service.to_string(), o)),
+                Err(e) => debug!(%node, %key, error = %e, "peer's version key skipped"),
+            }
+        }
+        remote
+            .version_ops
+            .sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        services.set_remote(remote).await;
     }
 }
 

@@ -440,6 +440,7 @@ impl ServiceSet {
     /// Start `d`'s service or bring it up to date (backends, policy, listener).
     async fn ensure(&self, st: &mut State, cfg: &Config, d: &Desired) -> Result<(), String> {
         let name = d.config.name.clone();
+        let ops = st.ops_of(&name, &self.self_id);
         let settings = Arc::new(service_settings(cfg, &d.config));
         let health = service_health(cfg, &d.config);
         if !st.running.contains_key(&name) {
@@ -508,6 +509,9 @@ impl ServiceSet {
             ejections: r.service.ejections.clone(),
         });
         update_backends(r, cfg);
+        r.service
+            .router
+            .set_versions(ops.policy(&d.config.versions));
         Ok(())
     }
 
@@ -567,7 +571,8 @@ impl ServiceSet {
 mod report;
 mod running;
 mod state;
+mod versions;
 pub use report::{BackendReport, FileReport, ServiceReport, ServicesReport};
 use running::{service_health, service_settings, update_backends, Lease, Running};
 use state::{shared_file_value, State};
-pub use state::{EtcdState, FileState, Remote};
+pub use state::{EtcdState, FileState, Remote, VersionOps};

@@ -95,6 +95,23 @@ pub struct ServiceReport {
     /// No longer defined: draining, then removed.
     pub retiring: bool,
     pub backends: Vec<BackendReport>,
+    /// Its backends' versions, when they have some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<VersionsReport>,
+}
+
+/// A service's version groups: which is active, which is the canary, the operator's
+/// decisions.
+#[derive(Clone, Debug, Serialize)]
+pub struct VersionsReport {
+    /// Each group's versions, oldest group first.
+    pub groups: Vec<Vec<String>>,
+    pub active: Option<usize>,
+    pub canary: Option<usize>,
+    /// The canary's share of new sessions, per mille.
+    pub canary_per_mille: u32,
+    pub cutover: Option<String>,
+    pub held: Vec<String>,
 }
 
 /// One backend of a service.
@@ -110,6 +127,8 @@ pub struct BackendReport {
     pub outstanding: u64,
     /// Requests waiting for a slot.
     pub queued: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// Seconds left on its registration's lease, for a registered instance.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_left_s: Option<f64>,
@@ -147,6 +166,7 @@ impl ServiceReport {
                 state: e.state(),
                 backup: e.backend.spec.backup,
                 max_connections: e.backend.spec.max_connections,
+                version: e.backend.spec.version.clone(),
                 outstanding: t.outstanding(),
                 queued: t.queued.load(std::sync::atomic::Ordering::Relaxed),
                 lease_left_s: leases
@@ -163,6 +183,34 @@ impl ServiceReport {
             up: table.can_serve(),
             retiring,
             backends,
+            versions: versions_report(router, &table),
         }
     }
+}
+
+fn versions_report(router: &Router, table: &crate::routing::Snapshot) -> Option<VersionsReport> {
+    use crate::routing::versions::{plan, Member};
+    let members: Vec<Member> = table
+        .entries()
+        .iter()
+        .map(|e| Member {
+            version: e.backend.version.clone(),
+            compatible: e.backend.compatible.clone(),
+            present: e.admin == crate::routing::Admin::Active && !e.parked,
+        })
+        .collect();
+    let policy = router.versions();
+    let p = plan(&members, &policy);
+    p.versioned.then(|| VersionsReport {
+        groups: p
+            .groups
+            .iter()
+            .map(|g| g.iter().map(|v| v.to_string()).collect())
+            .collect(),
+        active: p.active_group,
+        canary: p.canary_group,
+        canary_per_mille: p.canary_per_mille,
+        cutover: policy.cutover.as_ref().map(|v| v.to_string()),
+        held: policy.held.iter().map(|v| v.to_string()).collect(),
+    })
 }

@@ -52,6 +52,8 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
             cookie: None,
             backup: b.backup,
             max_connections: b.max_connections,
+            version: b.version.clone(),
+            compatible: b.compatible.clone(),
         })
         .collect();
     let deadline = Instant::now() + cfg.rotate.timeout;

@@ -53,6 +53,33 @@ pub struct Registration {
     /// Routes it announces (for a service no other source defines).
     pub hosts: Vec<String>,
     pub paths: Vec<String>,
+    /// The version it runs, and those it is compatible with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compatible: Vec<String>,
+}
+
+impl Registration {
+    /// This registration with a version (and compatible versions), checked.
+    pub fn with_version(
+        mut self,
+        version: Option<String>,
+        compatible: Vec<String>,
+    ) -> Result<Registration, String> {
+        use crate::routing::versions::Version;
+        let bad: Vec<String> = version
+            .iter()
+            .chain(&compatible)
+            .filter_map(|v| Version::parse(v).err())
+            .collect();
+        if !bad.is_empty() {
+            return Err(format!("registration refused: {}", bad.join("; ")));
+        }
+        self.version = version;
+        self.compatible = compatible;
+        Ok(self)
+    }
 }
 
 /// A service to run, with where it came from.
@@ -156,6 +183,7 @@ pub fn merge(
                     health: Default::default(),
                     timeouts: Default::default(),
                     backends: vec![backend_of(r)],
+                    versions: Default::default(),
                 },
                 origin: Origin::Registration,
             }),
@@ -264,6 +292,8 @@ pub fn registration(
             addr,
             hosts,
             paths,
+            version: None,
+            compatible: Vec::new(),
         }),
         _ => Err(format!("registration refused: {}", problems.join("; "))),
     }
@@ -323,6 +353,8 @@ fn backend_of(r: &Registration) -> ServiceBackend {
         addr: r.addr.clone(),
         backup: false,
         max_connections: None,
+        version: r.version.clone(),
+        compatible: r.compatible.clone(),
     }
 }
 
@@ -341,6 +373,7 @@ mod tests {
             health: Default::default(),
             timeouts: Default::default(),
             backends: vec![],
+            versions: Default::default(),
         }
     }
 
@@ -351,6 +384,8 @@ mod tests {
             addr: "127.0.0.1:9000".parse().unwrap(),
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
             paths: vec![],
+            version: None,
+            compatible: vec![],
         }
     }
 

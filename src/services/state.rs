@@ -36,11 +36,47 @@ pub struct Remote {
     pub files: Vec<(String, PathBuf, ServiceConfig)>,
     /// (balancer, registration).
     pub regs: Vec<(String, Registration)>,
+    /// (balancer, service, its version decisions).
+    pub version_ops: Vec<(String, String, VersionOps)>,
+}
+
+/// An operator's version decisions for one service (`gearlb ctl cutover`, `hold`),
+/// shared by gossip: the newest (by time, then balancer id) counts everywhere.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VersionOps {
+    /// Make this version's group active now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutover: Option<String>,
+    /// Versions whose groups are held back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
+    /// When it was decided, Unix milliseconds.
+    pub at_ms: u64,
+}
+
+impl VersionOps {
+    /// The version policy of a service with this `[versions]` configuration.
+    pub fn policy(&self, cfg: &crate::config::VersionsConfig) -> crate::routing::versions::Policy {
+        use crate::routing::versions::{Policy, Version};
+        Policy {
+            rule: cfg.rule,
+            prefer: cfg.prefer,
+            canary_per_mille: cfg.canary_per_mille,
+            cutover: self.cutover.as_deref().and_then(|v| Version::parse(v).ok()),
+            held: self
+                .held
+                .iter()
+                .filter_map(|v| Version::parse(v).ok())
+                .collect(),
+        }
+    }
 }
 
 #[derive(Default)]
 pub(super) struct State {
     pub(super) remote: Remote,
+    /// Version decisions taken here, by service.
+    pub(super) version_ops: BTreeMap<String, VersionOps>,
     pub(super) etcd: EtcdState,
     pub(super) files: BTreeMap<PathBuf, FileState>,
     pub(super) leases: BTreeMap<(String, String), Lease>,
@@ -63,6 +99,14 @@ impl State {
                 }
             }
         }
+        for (service, ops) in &self.version_ops {
+            if let Ok(v) = serde_json::to_string(ops) {
+                out.insert(
+                    format!("{}{service}", crate::cluster::keys::VERSIONS_PREFIX),
+                    v,
+                );
+            }
+        }
         for ((service, backend), l) in &self.leases {
             if let Ok(v) = serde_json::to_string(&l.reg) {
                 out.insert(format!("{REGISTRATION_PREFIX}{service}/{backend}"), v);
@@ -78,4 +122,19 @@ impl State {
 pub(super) fn shared_file_value(path: &std::path::Path, g: &ServiceConfig) -> Option<String> {
     let v = serde_json::json!({ "path": path, "service": g }).to_string();
     (v.len() <= crate::cluster::keys::MAX_VALUE).then_some(v)
+}
+
+impl State {
+    /// The version decisions in force for `service`: the newest among this balancer's
+    /// and its peers'.
+    pub(super) fn ops_of(&self, service: &str, self_id: &str) -> VersionOps {
+        let mut best: Option<(u64, &str, &VersionOps)> =
+            self.version_ops.get(service).map(|o| (o.at_ms, self_id, o));
+        for (node, s, o) in &self.remote.version_ops {
+            if s == service && best.is_none_or(|(at, n, _)| (o.at_ms, node.as_str()) > (at, n)) {
+                best = Some((o.at_ms, node, o));
+            }
+        }
+        best.map(|(_, _, o)| o.clone()).unwrap_or_default()
+    }
 }

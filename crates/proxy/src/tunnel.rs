@@ -227,6 +227,8 @@ mod tests {
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         }]);
         let stats = Arc::new(FrontendStats::default());
         let stopping = CancellationToken::new();

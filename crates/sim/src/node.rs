@@ -126,6 +126,8 @@ impl Sim {
                 cookie: None,
                 backup: false,
                 max_connections: None,
+                version: None,
+                compatible: Vec::new(),
             })
             .collect();
         let ids: Vec<String> = (0..cfg.m).map(|_| hex_id(&mut rng)).collect();

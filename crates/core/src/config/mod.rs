@@ -49,6 +49,6 @@ pub use schema::{
     SubsetConfig, Timeouts, TlsConfig, DEFAULT_SERVICE,
 };
 pub use service::{
-    default_route, is_service_name, parse_service_file, service_file_format, FileFormat,
-    ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts,
+    default_route, is_service_name, parse_service_file, parse_share, service_file_format,
+    FileFormat, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts, VersionsConfig,
 };

@@ -8,7 +8,8 @@
 //! and the service has no `listen`), `paths` (list of prefixes, default `["/"]`),
 //! `listen` (`ip:port`), `sticky_cookie`, `queue_timeout`, `[health]` (`path`, `expect`,
 //! `port`, `listen`), `[timeouts]` (`connect`, `server`) and `[[backends]]` (`name`, `addr`,
-//! `backup`, `max_connections`).
+//! `backup`, `max_connections`, `version`, `compatible`), `[versions]` (`rule`, `prefer`,
+//! `canary`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,12 +18,14 @@ pub(super) mod types;
 
 pub use types::{
     default_route, is_service_name, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts,
+    VersionsConfig,
 };
 
 use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
 use crate::gear::{is_backend_name, Addr};
 use crate::routing::routes::HostPattern;
+use crate::routing::versions::{Prefer, Rule, Version};
 
 /// Read one service out of a table; `at` is the table's path in problems
 /// (`services[2]`, or empty for a watched file's top level). `None` when it has
@@ -134,6 +137,16 @@ pub(super) fn read_service(
             ServiceTimeouts { connect, server }
         }
     };
+    let versions = match sub_table(&mut r, "versions") {
+        None => VersionsConfig::default(),
+        Some(vt) => {
+            let path = format!("{}versions", prefix(at));
+            let mut vr = Reader::new(vt, &path, r.problems());
+            let v = read_versions(&mut vr);
+            vr.finish();
+            v
+        }
+    };
     let backends = read_backends(&mut r, at);
     r.finish();
     (problems.len() == before).then_some(ServiceConfig {
@@ -146,7 +159,59 @@ pub(super) fn read_service(
         health,
         timeouts,
         backends,
+        versions,
     })
+}
+
+/// `[versions]`: `rule` ("major.minor", "major", "explicit"), `prefer` ("newer",
+/// "older"), `canary` ("5%").
+fn read_versions(r: &mut Reader) -> VersionsConfig {
+    let mut v = VersionsConfig::default();
+    if let Some(rule) = r.str_value("rule") {
+        v.rule = match rule.as_str() {
+            "major.minor" => Rule::MajorMinor,
+            "major" => Rule::Major,
+            "explicit" => Rule::Explicit,
+            _ => {
+                r.problem(
+                    "rule",
+                    format!("{rule:?}: use \"major.minor\", \"major\" or \"explicit\""),
+                );
+                Rule::MajorMinor
+            }
+        };
+    }
+    if let Some(p) = r.str_value("prefer") {
+        v.prefer = match p.as_str() {
+            "newer" => Prefer::Newer,
+            "older" => Prefer::Older,
+            "any" => Prefer::Any,
+            _ => {
+                r.problem(
+                    "prefer",
+                    format!("{p:?}: use \"newer\", \"older\" or \"any\""),
+                );
+                Prefer::Any
+            }
+        };
+    }
+    if let Some(c) = r.str_value("canary") {
+        match parse_share(&c) {
+            Some(pm) => v.canary_per_mille = pm,
+            None => r.problem(
+                "canary",
+                format!("{c:?}: a share such as \"5%\" or \"0.5%\" (0-100%)"),
+            ),
+        }
+    }
+    v
+}
+
+/// `"5%"`, `"0.5%"` as per mille.
+pub fn parse_share(text: &str) -> Option<u32> {
+    let n = text.trim().strip_suffix('%')?.trim();
+    let x: f64 = n.parse().ok()?;
+    (x.is_finite() && (0.0..=100.0).contains(&x)).then(|| (x * 10.0).round() as u32)
 }
 
 fn prefix(at: &str) -> String {
@@ -241,6 +306,16 @@ fn read_backends(r: &mut Reader, at: &str) -> Vec<ServiceBackend> {
             .get("max_connections")
             .is_some()
             .then(|| br.uint("max_connections", 1, 1, 1_000_000) as u32);
+        let version = br.str_value("version");
+        if let Some(Err(e)) = version.as_deref().map(Version::parse) {
+            br.problem("version", e);
+        }
+        let compatible = strings(&mut br, "compatible");
+        for c in &compatible {
+            if let Err(e) = Version::parse(c) {
+                br.problem("compatible", e);
+            }
+        }
         br.finish();
         if let (Some(name), Some(addr)) = (name, addr) {
             out.push(ServiceBackend {
@@ -248,6 +323,8 @@ fn read_backends(r: &mut Reader, at: &str) -> Vec<ServiceBackend> {
                 addr,
                 backup,
                 max_connections,
+                version,
+                compatible,
             });
         }
     }

@@ -27,6 +27,12 @@ pub struct BackendSpec {
     /// At most this many requests at once; more wait in a FIFO queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<u32>,
+    /// The version it runs (`catalog-2.4.1`; see [`super::versions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Versions it is compatible with (the explicit rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compatible: Vec<String>,
 }
 
 impl BackendSpec {
@@ -100,14 +106,25 @@ pub struct Backend {
     pub spec: BackendSpec,
     /// The sticky cookie value (cached [`BackendSpec::sticky_value`]).
     pub sticky: String,
+    /// Its version and the versions it is compatible with, parsed (one that does not
+    /// parse counts as none: the configuration and registration checked them).
+    pub version: Option<super::versions::Version>,
+    pub compatible: Vec<super::versions::Version>,
 }
 
 impl Backend {
     /// A backend with a fresh id.
     pub fn new(spec: BackendSpec) -> Self {
+        use super::versions::Version;
         Backend {
             id: BackendId::fresh(),
             sticky: spec.sticky_value(),
+            version: spec.version.as_deref().and_then(|v| Version::parse(v).ok()),
+            compatible: spec
+                .compatible
+                .iter()
+                .filter_map(|v| Version::parse(v).ok())
+                .collect(),
             spec,
         }
     }

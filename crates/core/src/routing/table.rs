@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::affinity::{self, Affinity};
 use super::backend::{Admin, Backend, BackendId, BackendState};
 use super::select;
+use super::versions;
 
 /// One backend in one snapshot.
 #[derive(Clone, Debug)]
@@ -71,6 +72,10 @@ pub struct RoutingTable {
     /// Indices of usable backends outside the subset, and backups: the last resort when
     /// no backend of the subset is usable.
     backups: Vec<usize>,
+    /// The canary group's usable backends (see [`versions`]), and its share of new
+    /// sessions, per mille.
+    canary: Vec<usize>,
+    canary_per_mille: u32,
     /// Sticky cookie value → index.
     by_sticky: HashMap<String, usize>,
     /// Which publication of the router this is (0 for the empty initial table): a
@@ -82,11 +87,31 @@ impl RoutingTable {
     /// The table of these entries; `generation` numbers the publication it belongs to
     /// (0 for the empty initial table).
     pub fn new(entries: Vec<Entry>, generation: u64) -> Self {
+        Self::with_versions(entries, generation, &versions::Policy::default())
+    }
+
+    /// As [`RoutingTable::new`], new sessions going only to the backends `policy` lets
+    /// them (see [`versions::plan`]): the active group's, and the canary group's for
+    /// its share. A table whose backends have no version is the same as `new`'s.
+    pub fn with_versions(entries: Vec<Entry>, generation: u64, policy: &versions::Policy) -> Self {
+        let members: Vec<versions::Member> = entries
+            .iter()
+            .map(|e| versions::Member {
+                version: e.backend.version.clone(),
+                compatible: e.backend.compatible.clone(),
+                present: e.admin == Admin::Active && !e.parked,
+            })
+            .collect();
+        let plan = versions::plan(&members, policy);
+        let mut allowed = vec![!plan.versioned; entries.len()];
+        for &i in &plan.active {
+            allowed[i] = true;
+        }
         let usable = |want_subset: bool| -> Vec<usize> {
             entries
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.usable() && e.primary() == want_subset)
+                .filter(|(i, e)| allowed[*i] && e.usable() && e.primary() == want_subset)
                 .map(|(i, _)| i)
                 .collect()
         };
@@ -99,10 +124,16 @@ impl RoutingTable {
             backups = entries
                 .iter()
                 .enumerate()
-                .filter(|(_, e)| e.parked && e.up && e.admin == Admin::Active)
+                .filter(|(i, e)| allowed[*i] && e.parked && e.up && e.admin == Admin::Active)
                 .map(|(i, _)| i)
                 .collect();
         }
+        let canary: Vec<usize> = plan
+            .canary
+            .iter()
+            .copied()
+            .filter(|&i| entries[i].usable())
+            .collect();
         let by_sticky = entries
             .iter()
             .enumerate()
@@ -112,9 +143,24 @@ impl RoutingTable {
             entries,
             selectable,
             backups,
+            canary_per_mille: if canary.is_empty() {
+                0
+            } else {
+                plan.canary_per_mille
+            },
+            canary,
             by_sticky,
             generation,
         }
+    }
+
+    /// The canary's pick for a new session, when this one is the canary's (its share
+    /// of draws).
+    fn canary_pick(&self, load: &impl Fn(usize) -> u64) -> Option<usize> {
+        if self.canary_per_mille == 0 || fastrand::u32(..1000) >= self.canary_per_mille {
+            return None;
+        }
+        self.least_loaded_in(&self.canary, load)
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -157,6 +203,9 @@ impl RoutingTable {
     /// Pick a backend for a new request: least loaded among the selectable ones, else
     /// among the backups. `load(i)` is entry `i`'s requests and tunnels in flight.
     pub fn select(&self, load: impl Fn(usize) -> u64) -> Option<usize> {
+        if let Some(i) = self.canary_pick(&load) {
+            return Some(i);
+        }
         self.least_loaded_in(&self.selectable, &load)
             .or_else(|| self.least_loaded_in(&self.backups, &load))
     }
@@ -193,6 +242,12 @@ impl RoutingTable {
         let remembered = affinity
             .last(self.generation)
             .filter(|&(i, run)| run < max_run && self.in_set(i, subset));
+        // A new session (no backend remembered) may be the canary's.
+        if remembered.is_none() {
+            if let Some(i) = self.canary_pick(&load) {
+                return Some(i);
+            }
+        }
         // The backend, and how many requests in a row it has taken with this one.
         let (i, run) = match remembered {
             // Nothing beats an idle backend: no need to look at the others.

@@ -32,7 +32,8 @@ impl Version {
     /// `catalog-2.4.1`, `2.4.1`, `v2.4` or `2`.
     pub fn parse(text: &str) -> Result<Version, String> {
         let t = text.trim();
-        let bad = || format!("version {text:?}: expected [NAME-]MAJOR[.MINOR[.PATCH]], as catalog-2.4.1");
+        let bad =
+            || format!("version {text:?}: expected [NAME-]MAJOR[.MINOR[.PATCH]], as catalog-2.4.1");
         if t.is_empty() || t.len() > 128 {
             return Err(bad());
         }
@@ -47,7 +48,9 @@ impl Version {
         let mut next = |required: bool| -> Result<u64, String> {
             match parts.next() {
                 None if !required => Ok(0),
-                Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.len() <= 18 => {
+                Some(p)
+                    if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.len() <= 18 =>
+                {
                     p.parse().map_err(|_| bad())
                 }
                 _ => Err(bad()),
@@ -98,7 +101,8 @@ impl fmt::Display for Version {
 }
 
 /// When two versions are compatible.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Rule {
     /// Same MAJOR.MINOR (seed 002's default).
     #[default]
@@ -110,7 +114,8 @@ pub enum Rule {
 }
 
 /// Within the active group, which versions take new sessions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Prefer {
     /// Every version of the group.
     #[default]
@@ -194,7 +199,9 @@ fn group(members: &[Member], rule: Rule) -> (Vec<Option<usize>>, Vec<Vec<Version
     }
     if rule == Rule::Explicit {
         for m in members {
-            let Some(v) = m.version.as_ref().and_then(index) else { continue };
+            let Some(v) = m.version.as_ref().and_then(index) else {
+                continue;
+            };
             for c in &m.compatible {
                 if let Some(c) = index(c) {
                     let (ri, rc) = (find(&mut parent, v), find(&mut parent, c));
@@ -206,7 +213,7 @@ fn group(members: &[Member], rule: Rule) -> (Vec<Option<usize>>, Vec<Vec<Version
     // Roots in version order are the groups in order of their oldest version.
     let mut root_group: Vec<Option<usize>> = vec![None; versions.len()];
     let mut groups: Vec<Vec<Version>> = Vec::new();
-    for i in 0..versions.len() {
+    for (i, v) in versions.iter().enumerate() {
         let r = find(&mut parent, i);
         let g = match root_group[r] {
             Some(g) => g,
@@ -216,7 +223,7 @@ fn group(members: &[Member], rule: Rule) -> (Vec<Option<usize>>, Vec<Vec<Version
                 groups.len() - 1
             }
         };
-        groups[g].push(versions[i].clone());
+        groups[g].push((*v).clone());
     }
     let of = members
         .iter()
@@ -250,10 +257,11 @@ pub fn plan(members: &[Member], policy: &Policy) -> Plan {
         .and_then(|c| groups.iter().position(|g| g.contains(c)))
         .filter(|&g| present(g));
     let active_group = cut.or_else(|| (0..groups.len()).find(|&g| present(g) && !held(g)));
-    let canary_group = active_group.and_then(|a| (a + 1..groups.len()).find(|&g| present(g) && !held(g)));
+    let canary_group =
+        active_group.and_then(|a| (a + 1..groups.len()).find(|&g| present(g) && !held(g)));
     // `prefer`: the newest or oldest version of the active group that has an instance.
     let chosen: Option<Version> = active_group.and_then(|a| {
-        let mut vs = members
+        let vs = members
             .iter()
             .zip(&of)
             .filter(|(m, o)| **o == Some(a) && m.present)
@@ -269,11 +277,12 @@ pub fn plan(members: &[Member], policy: &Policy) -> Plan {
     for (i, (m, o)) in members.iter().zip(&of).enumerate() {
         match (o, &m.version) {
             (None, _) => active.push(i),
-            (Some(g), Some(v)) if Some(*g) == active_group => {
-                if chosen.as_ref().is_none_or(|c| c == v) {
-                    active.push(i);
-                }
+            (Some(g), Some(v))
+                if Some(*g) == active_group && chosen.as_ref().is_none_or(|c| c == v) =>
+            {
+                active.push(i)
             }
+            (Some(g), _) if Some(*g) == active_group => {}
             (Some(g), _) if Some(*g) == canary_group => canary.push(i),
             _ => {}
         }
@@ -282,7 +291,11 @@ pub fn plan(members: &[Member], policy: &Policy) -> Plan {
         versioned: true,
         active,
         canary,
-        canary_per_mille: if canary_group.is_some() { policy.canary_per_mille.min(1000) } else { 0 },
+        canary_per_mille: if canary_group.is_some() {
+            policy.canary_per_mille.min(1000)
+        } else {
+            0
+        },
         groups,
         active_group,
         canary_group,

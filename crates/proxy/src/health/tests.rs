@@ -144,6 +144,8 @@ async fn check_target(status: u16, per_conn: usize) -> (Arc<Target>, Arc<AtomicU
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         },
         1,
     );
@@ -210,6 +212,8 @@ async fn failed_checks_drop_the_connection() {
             cookie: None,
             backup: false,
             max_connections: None,
+            version: None,
+            compatible: Vec::new(),
         },
         1,
     );
@@ -229,6 +233,8 @@ async fn down_within_fall_intervals_up_within_rise_intervals() {
         cookie: None,
         backup: false,
         max_connections: None,
+        version: None,
+        compatible: Vec::new(),
     }]);
     let healthy = Arc::new(AtomicBool::new(true));
     let interval = Duration::from_secs(2);
@@ -287,6 +293,8 @@ async fn passive_ejection_and_recovery_by_checks() {
         cookie: None,
         backup: false,
         max_connections: None,
+        version: None,
+        compatible: Vec::new(),
     }]);
     let backend = router.load().target("web1").unwrap().clone();
     let (tx, rx) = mpsc::unbounded_channel();

@@ -54,6 +54,8 @@ pub struct Router {
     rotated_out: ArcSwap<std::collections::HashSet<String>>,
     /// Whether any backend can take a request, updated with every table published.
     availability: Availability,
+    /// How its backends' versions are served (`gearlb_core::routing::versions`).
+    versions: ArcSwap<gearlb_core::routing::versions::Policy>,
 }
 
 impl Router {
@@ -65,6 +67,7 @@ impl Router {
             changes: tokio::sync::watch::Sender::new(0),
             rotated_out: ArcSwap::from_pointee(Default::default()),
             availability: Availability::new(false),
+            versions: ArcSwap::from_pointee(Default::default()),
         }
     }
 
@@ -151,6 +154,23 @@ impl Router {
         (e, target)
     }
 
+    /// Serve the backends' versions by `policy` from now on (a new table when it
+    /// changed).
+    pub fn set_versions(&self, policy: gearlb_core::routing::versions::Policy) {
+        let _w = self.lock();
+        if **self.versions.load() == policy {
+            return;
+        }
+        self.versions.store(Arc::new(policy));
+        let current = self.table.load_full();
+        self.publish(current.entries().to_vec(), current.targets().to_vec());
+    }
+
+    /// The version policy in force.
+    pub fn versions(&self) -> Arc<gearlb_core::routing::versions::Policy> {
+        self.versions.load_full()
+    }
+
     /// The gears (sticky labels) currently rotated out.
     pub fn set_rotated_out(&self, labels: std::collections::HashSet<String>) {
         self.rotated_out.store(Arc::new(labels));
@@ -164,7 +184,7 @@ impl Router {
     fn publish(&self, entries: Vec<Entry>, targets: Vec<Arc<Target>>) {
         // Writers are serialised (`lock`), so this generation is new and unique.
         let generation = *self.changes.borrow() + 1;
-        let table = RoutingTable::new(entries, generation);
+        let table = RoutingTable::with_versions(entries, generation, &self.versions.load());
         self.availability.observe(table.can_serve());
         self.table.store(Arc::new(Snapshot::new(table, targets)));
         self.changes.send_replace(generation);

@@ -16,6 +16,8 @@ fn spec(name: &str, port: u16) -> BackendSpec {
         cookie: None,
         backup: false,
         max_connections: None,
+        version: None,
+        compatible: Vec::new(),
     }
 }
 

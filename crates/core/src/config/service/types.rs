@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::gear::{is_backend_name, Addr};
 use crate::routing::routes::{HostPattern, RouteSpec};
+use crate::routing::versions::{Prefer, Rule};
 
 /// One service as configured.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,6 +26,19 @@ pub struct ServiceConfig {
     pub health: ServiceHealth,
     pub timeouts: ServiceTimeouts,
     pub backends: Vec<ServiceBackend>,
+    /// How its backends' versions are served (`[versions]`).
+    #[serde(default)]
+    pub versions: VersionsConfig,
+}
+
+/// A service's `[versions]`: the compatibility rule, which versions of the active
+/// group are preferred, the canary's share (see `routing::versions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VersionsConfig {
+    pub rule: Rule,
+    pub prefer: Prefer,
+    /// Per mille of new sessions to the next group.
+    pub canary_per_mille: u32,
 }
 
 /// A service's health check, where it differs from `[health]`.
@@ -57,6 +71,11 @@ pub struct ServiceBackend {
     pub backup: bool,
     /// At most this many requests at once; more wait in a FIFO queue.
     pub max_connections: Option<u32>,
+    /// The version it runs (`catalog-2.4.1`) and those it is compatible with.
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub compatible: Vec<String>,
 }
 
 impl ServiceConfig {

@@ -57,7 +57,10 @@ fn prefer_canary_cutover_and_hold() {
         ..Policy::default()
     };
     let p = plan(&ms, &canary);
-    assert_eq!((p.active.clone(), p.canary.clone(), p.canary_per_mille), (vec![0, 1], vec![2], 100));
+    assert_eq!(
+        (p.active.clone(), p.canary.clone(), p.canary_per_mille),
+        (vec![0, 1], vec![2], 100)
+    );
     let cut = Policy {
         cutover: Some(v("c-1.2.0")),
         ..Policy::default()
