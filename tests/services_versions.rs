@@ -184,6 +184,23 @@ async fn canary_prefer_and_cutover() {
         "canary share {canary}: {seen:?}"
     );
     assert_eq!(seen.values().sum::<usize>(), 5000, "{seen:?}");
+    // Seen: the JSON report, the page and the metrics name the groups.
+    let report = lb.status_json();
+    let v = &report["services"][0]["versions"];
+    assert_eq!(v["active"], 0);
+    assert_eq!(v["canary"], 1);
+    assert_eq!(v["canary_per_mille"], 100);
+    assert_eq!(v["groups"][0][1], "catalog-1.0.2");
+    let metrics = get(lb.status, "/metrics", &[]).await.unwrap().text();
+    assert!(
+        metrics.contains(r#"gearlb_service_version_group{service="catalog",versions="catalog-1.1.0",state="canary"} 1"#),
+        "{metrics}"
+    );
+    let page = get(lb.status, "/haproxy-status", &[]).await.unwrap().text();
+    assert!(
+        page.contains("versions: catalog-1.0.1, catalog-1.0.2 <b>active</b>"),
+        "{page}"
+    );
     // A cut-over: 1.1.0's group is active at once, the older group drains.
     let (code, out, err) = lb.ctl(&["cutover", "catalog", "catalog-1.1.0"]);
     assert_eq!(code, 0, "{out}{err}");

@@ -40,6 +40,7 @@ impl App {
                     frontend: v.frontend.as_deref().map(FrontendReport::read),
                     availability: Some(v.router.availability()),
                     backends: report::backend_reports(&v.router.snapshot()),
+                    versions: crate::services::versions_report(&v.router, &v.router.snapshot()),
                 })
                 .collect(),
         }

@@ -133,11 +133,12 @@ impl Collector for CoreCollector {
         // Backends (the web gears).
         // The default service's backends keep the labels they always had; those of
         // the other services also have a `service` label.
+        let services = (self.services)();
         let mut snaps = vec![(None, self.router.snapshot())];
         snaps.extend(
-            (self.services)()
-                .into_iter()
-                .map(|(name, r)| (Some(name), r.snapshot())),
+            services
+                .iter()
+                .map(|(name, r)| (Some(name.clone()), r.snapshot())),
         );
         let rows: Vec<BackendRow> = snaps
             .iter()
@@ -299,6 +300,42 @@ impl Collector for CoreCollector {
             MetricType::Counter,
             &each(&|_, t| r(&t.pool.traffic().received)),
         )?;
+
+        family(
+            e,
+            "gearlb_backend_queued",
+            "Requests waiting for a slot on the backend (max_connections) now.",
+            MetricType::Gauge,
+            &each(&|_, t| r(&t.queued)),
+        )?;
+        // Version groups of the services whose backends have versions.
+        let mut groups = Vec::new();
+        for ((name, router), (_, snap)) in services.iter().zip(snaps.iter().skip(1)) {
+            let Some(v) = crate::services::versions_report(router, snap) else {
+                continue;
+            };
+            for (i, g) in v.groups.iter().enumerate() {
+                let state = match (v.active == Some(i), v.canary == Some(i)) {
+                    (true, _) => "active",
+                    (_, true) => "canary",
+                    _ => "waiting",
+                };
+                let versions = g.join(",");
+                groups.push((
+                    labels(&[("service", name), ("versions", &versions), ("state", state)]),
+                    1,
+                ));
+            }
+        }
+        if !groups.is_empty() {
+            family(
+                e,
+                "gearlb_service_version_group",
+                "1 for each version group of a service, labelled active, canary or waiting.",
+                MetricType::Gauge,
+                &groups,
+            )?;
+        }
 
         let mut m = e.encode_descriptor(
             "gearlb_backend_response_head_seconds",

@@ -17,5 +17,5 @@ pub mod types;
 pub use build::backend_reports;
 pub use types::{
     BackendReport, ByClass, FrontendReport, HealthReport, ListenReport, PeerReport,
-    ResponseTimeReport, RotationReport, ServiceStatus, StatusReport,
+    ResponseTimeReport, RotationReport, ServiceStatus, StatusReport, VersionGroups,
 };

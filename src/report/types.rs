@@ -263,6 +263,23 @@ pub struct ServiceStatus {
     /// Whether a backend may take a request, and since when.
     pub availability: Option<availability::AvailabilityReport>,
     pub backends: Vec<BackendReport>,
+    /// Its backends' version groups, when they have versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<VersionGroups>,
+}
+
+/// A service's version groups: which is active, which is the canary, the operator's
+/// decisions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionGroups {
+    /// Each group's versions, oldest group first.
+    pub groups: Vec<Vec<String>>,
+    pub active: Option<usize>,
+    pub canary: Option<usize>,
+    /// The canary's share of new sessions, per mille.
+    pub canary_per_mille: u32,
+    pub cutover: Option<String>,
+    pub held: Vec<String>,
 }
 
 /// Time from handing a request to a backend to its response head.

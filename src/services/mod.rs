@@ -572,7 +572,7 @@ mod report;
 mod running;
 mod state;
 mod versions;
-pub use report::{BackendReport, FileReport, ServiceReport, ServicesReport};
+pub use report::{versions_report, BackendReport, FileReport, ServiceReport, ServicesReport};
 use running::{service_health, service_settings, update_backends, Lease, Running};
 use state::{shared_file_value, State};
 pub use state::{EtcdState, FileState, Remote, VersionOps};

@@ -12,6 +12,7 @@ use super::running::Lease;
 use super::sources::{Origin, Refusal};
 use super::state::State;
 use crate::config::DEFAULT_SERVICE;
+use crate::report::VersionGroups;
 use crate::routing::{BackendState, Router};
 
 /// `gearlb ctl services --json`.
@@ -97,21 +98,7 @@ pub struct ServiceReport {
     pub backends: Vec<BackendReport>,
     /// Its backends' versions, when they have some.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub versions: Option<VersionsReport>,
-}
-
-/// A service's version groups: which is active, which is the canary, the operator's
-/// decisions.
-#[derive(Clone, Debug, Serialize)]
-pub struct VersionsReport {
-    /// Each group's versions, oldest group first.
-    pub groups: Vec<Vec<String>>,
-    pub active: Option<usize>,
-    pub canary: Option<usize>,
-    /// The canary's share of new sessions, per mille.
-    pub canary_per_mille: u32,
-    pub cutover: Option<String>,
-    pub held: Vec<String>,
+    pub versions: Option<VersionGroups>,
 }
 
 /// One backend of a service.
@@ -188,7 +175,8 @@ impl ServiceReport {
     }
 }
 
-fn versions_report(router: &Router, table: &crate::routing::Snapshot) -> Option<VersionsReport> {
+/// The version groups of `router`'s backends, when they have versions.
+pub fn versions_report(router: &Router, table: &crate::routing::Snapshot) -> Option<VersionGroups> {
     use crate::routing::versions::{plan, Member};
     let members: Vec<Member> = table
         .entries()
@@ -201,7 +189,7 @@ fn versions_report(router: &Router, table: &crate::routing::Snapshot) -> Option<
         .collect();
     let policy = router.versions();
     let p = plan(&members, &policy);
-    p.versioned.then(|| VersionsReport {
+    p.versioned.then(|| VersionGroups {
         groups: p
             .groups
             .iter()

@@ -148,6 +148,28 @@ pub(super) fn service(h: &mut String, svc: &crate::report::ServiceStatus) {
         esc(&svc.paths.join(", ")),
         esc(&svc.origin)
     );
+    if let Some(v) = &svc.versions {
+        let groups: Vec<String> = v
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mark = if v.active == Some(i) {
+                    " <b>active</b>"
+                } else if v.canary == Some(i) {
+                    " canary"
+                } else {
+                    ""
+                };
+                format!("{}{mark}", esc(&g.join(", ")))
+            })
+            .collect();
+        let _ = writeln!(
+            h,
+            "<p class=\"routes\">versions: {}</p>",
+            groups.join(" &lt; ")
+        );
+    }
 }
 
 fn backend_table(h: &mut String, title: &str, id: &str, list: &[crate::report::BackendReport]) {
