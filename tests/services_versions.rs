@@ -99,6 +99,19 @@ async fn a_newer_incompatible_version_waits_for_the_older_one_through_two_balanc
     let (_, text, _) = lbs[1].ctl(&["services"]);
     assert!(text.contains("(active)"), "{text}");
 
+    // A cut-over on one balancer: it returns once both run by it and have drained.
+    let (code, out, err) = lbs[0].ctl(&["cutover", "catalog", "catalog-1.1.0", "--timeout", "20s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("every balancer acknowledged"), "{out}");
+    for lb in &lbs {
+        let seen = spread(lb, "catalog.example.com", 100).await;
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            ["backend v110"],
+            "{seen:?}"
+        );
+    }
+
     // The 1.0.x deregister under load: 1.1.0 takes every new request, none fails.
     let failures = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));

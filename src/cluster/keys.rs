@@ -25,6 +25,7 @@
 //! | `sf:<name>`   | a service this balancer reads from a watched file, JSON             |
 //! | `sr:<s>/<b>`  | an instance registered here (service `s`, backend `b`), JSON        |
 //! | `sv:<s>`      | a version cut-over or hold decided here for service `s`, JSON        |
+//! | `sa:<s>`      | the decision (its time) this balancer runs `s` by, once drained      |
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -49,6 +50,7 @@ pub const SCALE: &str = "scale";
 pub const SERVICE_FILE_PREFIX: &str = "sf:";
 pub const REGISTRATION_PREFIX: &str = "sr:";
 pub const VERSIONS_PREFIX: &str = "sv:";
+pub const VERSION_ACK_PREFIX: &str = "sa:";
 
 /// The down-report bucket of a gear.
 pub fn bucket(label: &str) -> u64 {

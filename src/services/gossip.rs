@@ -16,7 +16,9 @@ use tracing::debug;
 
 use super::sources::Registration;
 use super::{Remote, ServiceSet};
-use crate::cluster::keys::{REGISTRATION_PREFIX, SERVICE_FILE_PREFIX, VERSIONS_PREFIX};
+use crate::cluster::keys::{
+    REGISTRATION_PREFIX, SERVICE_FILE_PREFIX, VERSIONS_PREFIX, VERSION_ACK_PREFIX,
+};
 use crate::cluster::Cluster;
 use crate::config::ServiceConfig;
 
@@ -66,6 +68,19 @@ pub async fn share(services: Arc<ServiceSet>, cluster: Arc<Cluster>, stop: Cance
         remote
             .version_ops
             .sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        for (node, key, value) in cluster.peer_keys(VERSION_ACK_PREFIX).await {
+            if let (Some(service), Ok(at)) = (key.strip_prefix(VERSION_ACK_PREFIX), value.parse()) {
+                remote.version_acks.push((node, service.to_string(), at));
+            }
+        }
+        remote.version_acks.sort();
+        let view = cluster.view();
+        remote.live = view
+            .live
+            .iter()
+            .filter(|id| **id != view.self_id)
+            .cloned()
+            .collect();
         services.set_remote(remote).await;
     }
 }

@@ -512,6 +512,7 @@ impl ServiceSet {
         r.service
             .router
             .set_versions(ops.policy(&d.config.versions));
+        st.adopted.insert(name, ops.at_ms);
         Ok(())
     }
 

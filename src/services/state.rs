@@ -38,6 +38,10 @@ pub struct Remote {
     pub regs: Vec<(String, Registration)>,
     /// (balancer, service, its version decisions).
     pub version_ops: Vec<(String, String, VersionOps)>,
+    /// (balancer, service, the decision it adopted and drained for: its `at_ms`).
+    pub version_acks: Vec<(String, String, u64)>,
+    /// The live peers (ids), who must acknowledge a cut-over.
+    pub live: Vec<String>,
 }
 
 /// An operator's version decisions for one service (`gearlb ctl cutover`, `hold`),
@@ -77,6 +81,8 @@ pub(super) struct State {
     pub(super) remote: Remote,
     /// Version decisions taken here, by service.
     pub(super) version_ops: BTreeMap<String, VersionOps>,
+    /// The decision (its `at_ms`) each service runs by here.
+    pub(super) adopted: BTreeMap<String, u64>,
     pub(super) etcd: EtcdState,
     pub(super) files: BTreeMap<PathBuf, FileState>,
     pub(super) leases: BTreeMap<(String, String), Lease>,
@@ -104,6 +110,17 @@ impl State {
                 out.insert(
                     format!("{}{service}", crate::cluster::keys::VERSIONS_PREFIX),
                     v,
+                );
+            }
+        }
+        // The version decision each service runs by here, once nothing is in flight
+        // outside its active group: a cut-over's acknowledgment.
+        for (service, r) in &self.running {
+            let at = self.adopted.get(service).copied().unwrap_or(0);
+            if at > 0 && super::running::in_flight_outside_active(&r.service.router) == 0 {
+                out.insert(
+                    format!("{}{service}", crate::cluster::keys::VERSION_ACK_PREFIX),
+                    at.to_string(),
                 );
             }
         }
@@ -136,5 +153,24 @@ impl State {
             }
         }
         best.map(|(_, _, o)| o.clone()).unwrap_or_default()
+    }
+}
+
+impl State {
+    /// The live peers that have not acknowledged `service`'s decision of `at` (or a
+    /// later one).
+    pub(super) fn unacknowledged(&self, service: &str, at: u64) -> Vec<String> {
+        self.remote
+            .live
+            .iter()
+            .filter(|peer| {
+                !self
+                    .remote
+                    .version_acks
+                    .iter()
+                    .any(|(n, s, a)| n == *peer && s == service && *a >= at)
+            })
+            .cloned()
+            .collect()
     }
 }

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use tracing::info;
 
+use super::running::in_flight_outside_active;
 use super::state::VersionOps;
 use super::ServiceSet;
-use crate::routing::versions::{self, Member, Version};
-use crate::routing::{Admin, Router};
+use crate::routing::versions::Version;
+use crate::routing::Router;
 
 impl ServiceSet {
     /// Make `version`'s group of `service` active now: the older groups get no new
@@ -32,17 +33,21 @@ impl ServiceSet {
             })
             .await?;
         info!(%service, version = %v, "cut-over: the older groups drain");
+        let at = self.state.lock().await.ops_of(service, &self.self_id).at_ms;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // Drained here, and acknowledged (adopted and drained) by every live peer.
             let left = in_flight_outside_active(&router);
-            if left == 0 {
+            let waiting = self.state.lock().await.unacknowledged(service, at);
+            if left == 0 && waiting.is_empty() {
                 return Ok(format!(
-                    "{service}: {v}'s group is active; the others have no request in flight here"
+                    "{service}: {v}'s group is active; every balancer acknowledged (the others have no request in flight)"
                 ));
             }
             if tokio::time::Instant::now() >= deadline {
-                return Ok(format!(
-                    "{service}: {v}'s group is active; {left} requests still in flight on the others after {timeout:?}"
+                return Err(format!(
+                    "{v}'s group of {service} is active, but after {timeout:?}: {left} requests in flight here on the others; not acknowledged by: {}",
+                    if waiting.is_empty() { "-".to_string() } else { waiting.join(", ") }
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -103,28 +108,4 @@ impl ServiceSet {
         self.apply_locked(&mut st, &cfg).await;
         Ok(router)
     }
-}
-
-/// Requests in flight on the backends of `router` that new sessions may not go to.
-fn in_flight_outside_active(router: &Router) -> u64 {
-    let table = router.snapshot();
-    let members: Vec<Member> = table
-        .entries()
-        .iter()
-        .map(|e| Member {
-            version: e.backend.version.clone(),
-            compatible: e.backend.compatible.clone(),
-            present: e.admin == Admin::Active && !e.parked,
-        })
-        .collect();
-    let plan = versions::plan(&members, &router.versions());
-    if !plan.versioned {
-        return 0;
-    }
-    table
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !plan.active.contains(i) && !plan.canary.contains(i))
-        .map(|(_, (_, t))| t.outstanding())
-        .sum()
 }
