@@ -135,13 +135,9 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             persist: _,
             as_json,
         } => {
-            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
-                None => None,
-                Some(Ok(d)) => Some(d.as_millis() as u64),
-                Some(Err(why)) => {
-                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
-                    return EXIT_CONFIG;
-                }
+            let timeout_ms = match duration_ms("--timeout", timeout.as_deref()) {
+                Ok(ms) => ms,
+                Err(code) => return code,
             };
             (
                 Request::Rotate {
@@ -181,13 +177,9 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             version,
             compatible,
         } => {
-            let ttl_ms = match ttl.as_deref().map(config::parse_duration) {
-                None => None,
-                Some(Ok(d)) => Some(d.as_millis() as u64),
-                Some(Err(why)) => {
-                    eprintln!("gearlb: --ttl {why}; use {}", config::DURATION_RULE);
-                    return EXIT_CONFIG;
-                }
+            let ttl_ms = match duration_ms("--ttl", ttl.as_deref()) {
+                Ok(ms) => ms,
+                Err(code) => return code,
             };
             (
                 Request::Register {
@@ -208,13 +200,9 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
             version,
             timeout,
         } => {
-            let timeout_ms = match timeout.as_deref().map(config::parse_duration) {
-                None => None,
-                Some(Ok(d)) => Some(d.as_millis() as u64),
-                Some(Err(why)) => {
-                    eprintln!("gearlb: --timeout {why}; use {}", config::DURATION_RULE);
-                    return EXIT_CONFIG;
-                }
+            let timeout_ms = match duration_ms("--timeout", timeout.as_deref()) {
+                Ok(ms) => ms,
+                Err(code) => return code,
             };
             (
                 Request::Cutover {
@@ -370,6 +358,18 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         }
     }
     reply.exit_code
+}
+
+/// A duration flag's value in milliseconds; a bad one is said and exits 64.
+fn duration_ms(flag: &str, value: Option<&str>) -> Result<Option<u64>, i32> {
+    match value.map(config::parse_duration) {
+        None => Ok(None),
+        Some(Ok(d)) => Ok(Some(d.as_millis() as u64)),
+        Some(Err(why)) => {
+            eprintln!("gearlb: {flag} {why}; use {}", config::DURATION_RULE);
+            Err(EXIT_CONFIG)
+        }
+    }
 }
 
 /// `ctl services` for a person, from the JSON report.

@@ -177,18 +177,8 @@ impl ServiceReport {
 
 /// The version groups of `router`'s backends, when they have versions.
 pub fn versions_report(router: &Router, table: &crate::routing::Snapshot) -> Option<VersionGroups> {
-    use crate::routing::versions::{plan, Member};
-    let members: Vec<Member> = table
-        .entries()
-        .iter()
-        .map(|e| Member {
-            version: e.backend.version.clone(),
-            compatible: e.backend.compatible.clone(),
-            present: e.admin == crate::routing::Admin::Active && !e.parked,
-        })
-        .collect();
     let policy = router.versions();
-    let p = plan(&members, &policy);
+    let p = table.version_plan(&policy);
     p.versioned.then(|| VersionGroups {
         groups: p
             .groups

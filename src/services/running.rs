@@ -16,7 +16,7 @@ use crate::config::{Config, ServiceConfig};
 use crate::health::HealthSettings;
 use crate::proxy::services::Service;
 use crate::proxy::{ProxyCtx, Settings};
-use crate::routing::{versions, Admin, BackendSpec};
+use crate::routing::{Admin, BackendSpec};
 
 /// A registration and when its lease lapses.
 pub(super) struct Lease {
@@ -242,16 +242,7 @@ async fn health_port(
 /// Requests in flight on the backends of `router` that new sessions may not go to.
 pub(super) fn in_flight_outside_active(router: &crate::routing::Router) -> u64 {
     let table = router.snapshot();
-    let members: Vec<versions::Member> = table
-        .entries()
-        .iter()
-        .map(|e| versions::Member {
-            version: e.backend.version.clone(),
-            compatible: e.backend.compatible.clone(),
-            present: e.admin == Admin::Active && !e.parked,
-        })
-        .collect();
-    let plan = versions::plan(&members, &router.versions());
+    let plan = table.version_plan(&router.versions());
     if !plan.versioned {
         return 0;
     }

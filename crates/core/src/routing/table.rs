@@ -94,15 +94,7 @@ impl RoutingTable {
     /// them (see [`versions::plan`]): the active group's, and the canary group's for
     /// its share. A table whose backends have no version is the same as `new`'s.
     pub fn with_versions(entries: Vec<Entry>, generation: u64, policy: &versions::Policy) -> Self {
-        let members: Vec<versions::Member> = entries
-            .iter()
-            .map(|e| versions::Member {
-                version: e.backend.version.clone(),
-                compatible: e.backend.compatible.clone(),
-                present: e.admin == Admin::Active && !e.parked,
-            })
-            .collect();
-        let plan = versions::plan(&members, policy);
+        let plan = versions::plan(&members_of(&entries), policy);
         let mut allowed = vec![!plan.versioned; entries.len()];
         for &i in &plan.active {
             allowed[i] = true;
@@ -152,6 +144,12 @@ impl RoutingTable {
             by_sticky,
             generation,
         }
+    }
+
+    /// Which of this table's backends new sessions may go to under `policy` (what
+    /// [`RoutingTable::with_versions`] built it by, for reports and drains).
+    pub fn version_plan(&self, policy: &versions::Policy) -> versions::Plan {
+        versions::plan(&members_of(&self.entries), policy)
     }
 
     /// The canary's pick for a new session, when this one is the canary's (its share
@@ -303,4 +301,17 @@ impl RoutingTable {
         let i = *self.by_sticky.get(value)?;
         self.entries[i].usable().then_some(i)
     }
+}
+
+/// The entries as the version plan sees them: an instance counts while it is in
+/// rotation.
+fn members_of(entries: &[Entry]) -> Vec<versions::Member> {
+    entries
+        .iter()
+        .map(|e| versions::Member {
+            version: e.backend.version.clone(),
+            compatible: e.backend.compatible.clone(),
+            present: e.admin == Admin::Active && !e.parked,
+        })
+        .collect()
 }
