@@ -224,6 +224,22 @@ impl Server {
                 ))
             })
         };
+        let upstream_task = {
+            let cfg = app.config.lock().await;
+            (!cfg.upstream.balancers.is_empty()).then(|| {
+                let advertise = cfg
+                    .upstream
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| app.seen.listen.proxy.clone());
+                tokio::spawn(crate::services::upstream::register_upward(
+                    app.services.clone(),
+                    cfg.upstream.clone(),
+                    advertise,
+                    stop.clone(),
+                ))
+            })
+        };
         let share_task = app.cluster.clone().map(|c| {
             tokio::spawn(crate::services::gossip::share(
                 app.services.clone(),
@@ -275,6 +291,10 @@ impl Server {
         stop.cancelled().await;
         info!("stopping: no new connections; waiting for requests in flight");
         app.stopping.cancel();
+        // Withdrawn upward first: the balancers above stop sending here.
+        if let Some(t) = upstream_task {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), t).await;
+        }
         let grace = app.config.lock().await.timeouts.shutdown_grace;
         app.services.stop(grace).await;
         if let Some(t) = health_task {

@@ -15,6 +15,7 @@ pub mod api;
 pub mod etcd;
 pub mod gossip;
 pub mod sources;
+pub mod upstream;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};

@@ -30,6 +30,7 @@ const SECTIONS: &[&str] = &[
     "tls",
     "services",
     "discovery",
+    "upstream",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -348,6 +349,7 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
         }),
     }
     read_services(table, cfg, problems);
+    read_upstream(table, cfg, problems);
 
     let t = section("discovery", problems);
     let mut r = Reader::new(&t, "discovery", problems);
@@ -397,6 +399,59 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
         r.problem(
             "etcd_prefix",
             format!("{prefix:?} must start and end with '/'"),
+        );
+    }
+    r.finish();
+}
+
+fn read_upstream(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
+    let t = match table.get("upstream") {
+        None => return,
+        Some(toml::Value::Table(t)) => t.clone(),
+        Some(other) => {
+            problems.push(Problem {
+                path: "upstream".into(),
+                message: format!("expected a table [upstream], found {}", other.type_str()),
+            });
+            return;
+        }
+    };
+    let mut r = Reader::new(&t, "upstream", problems);
+    if let Some(v) = r.get("balancers") {
+        match v.as_array() {
+            Some(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_str() {
+                        Some(u)
+                            if (u.starts_with("http://") || u.starts_with("https://"))
+                                && u.parse::<http::Uri>().is_ok() =>
+                        {
+                            cfg.upstream
+                                .balancers
+                                .push(u.trim_end_matches('/').to_string())
+                        }
+                        _ => r.problem(
+                            &format!("balancers[{i}]"),
+                            "expected a status listener URL \"http://host:port\"",
+                        ),
+                    }
+                }
+            }
+            None => r.problem("balancers", "expected a list of URLs"),
+        }
+    }
+    cfg.upstream.token = r.str_value("token");
+    cfg.upstream.advertise = r.str_value("advertise");
+    if let Some(a) = &cfg.upstream.advertise {
+        if a.parse::<crate::gear::Addr>().is_err() {
+            r.problem("advertise", format!("{a:?} is not a host:port address"));
+        }
+    }
+    cfg.upstream.ttl = r.duration("ttl", cfg.upstream.ttl);
+    if !cfg.upstream.balancers.is_empty() && cfg.upstream.token.is_none() {
+        r.problem(
+            "token",
+            "required with balancers (the upstream's discovery.token)",
         );
     }
     r.finish();

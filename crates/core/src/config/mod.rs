@@ -23,6 +23,7 @@
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
 
+mod discovery;
 mod duration;
 mod env;
 mod file;
@@ -46,7 +47,7 @@ pub use schema::{
     backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
     DiscoveryConfig, ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig,
     ProxyConfig, RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig,
-    SubsetConfig, Timeouts, TlsConfig, DEFAULT_SERVICE,
+    SubsetConfig, Timeouts, TlsConfig, UpstreamConfig, DEFAULT_SERVICE,
 };
 pub use service::{
     default_route, is_service_name, parse_service_file, parse_share, service_file_format,

@@ -43,25 +43,8 @@ pub struct Config {
     pub services: Vec<super::service::types::ServiceConfig>,
     /// Where services come from besides this file.
     pub discovery: DiscoveryConfig,
-}
-
-/// `[discovery]`: services from a watched directory and from registrations.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiscoveryConfig {
-    /// A directory of service files (`*.yaml`, `*.yml`, `*.toml`), one service each,
-    /// watched: a change applies without a restart. Default none.
-    pub dir: Option<PathBuf>,
-    /// Lease of a registration that names none (`gearlb ctl register --ttl`).
-    /// Default 30s.
-    pub ttl: Duration,
-    /// The bearer token of registration over HTTP (`POST /services/register` on the
-    /// status listener), at least 16 characters. Default none: that endpoint is off.
-    pub token: Option<String>,
-    /// etcd endpoints (`http://host:port`) whose keys under `etcd_prefix` define
-    /// services and instances (see `services::etcd`). Default none.
-    pub etcd: Vec<String>,
-    /// Default `/gearlb/`.
-    pub etcd_prefix: String,
+    /// Balancers above this one in a tree (`[upstream]`).
+    pub upstream: UpstreamConfig,
 }
 
 impl Config {
@@ -80,6 +63,7 @@ impl Config {
     }
 }
 
+pub use super::discovery::{DiscoveryConfig, UpstreamConfig};
 pub use super::service::types::DEFAULT_SERVICE;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -499,6 +483,10 @@ impl Default for Config {
                 token: None,
                 etcd: Vec::new(),
                 etcd_prefix: "/gearlb/".into(),
+            },
+            upstream: UpstreamConfig {
+                ttl: Duration::from_secs(10),
+                ..UpstreamConfig::default()
             },
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
