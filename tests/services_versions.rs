@@ -214,11 +214,37 @@ async fn canary_prefer_and_cutover() {
         page.contains("versions: catalog-1.0.1, catalog-1.0.2 <b>active</b>"),
         "{page}"
     );
+    // A sticky session on a 1.0.x instance keeps it through the roll-out.
+    let first = get(lb.proxy, "/", &[("host", "catalog.example.com")])
+        .await
+        .unwrap();
+    let cookie = first
+        .headers
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_string();
+    let sticky_body = first.text();
+    assert!(
+        sticky_body == "backend a" || sticky_body == "backend b",
+        "{sticky_body}"
+    );
     // A cut-over: 1.1.0's group is active at once, the older group drains.
     let (code, out, err) = lb.ctl(&["cutover", "catalog", "catalog-1.1.0"]);
     assert_eq!(code, 0, "{out}{err}");
     let seen = spread(&lb, "catalog.example.com", 100).await;
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["backend c"], "{seen:?}");
+    for _ in 0..10 {
+        let got = get(
+            lb.proxy,
+            "/",
+            &[("host", "catalog.example.com"), ("cookie", &cookie)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.text(), sticky_body, "the session stays on its instance");
+    }
     let (code, _, err) = lb.ctl(&["cutover", "catalog", "catalog-9.9.9"]);
     assert_ne!(code, 0);
     assert!(err.contains("no backend"), "{err}");
