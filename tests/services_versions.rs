@@ -215,9 +215,18 @@ async fn canary_prefer_and_cutover() {
         "{page}"
     );
     // A sticky session on a 1.0.x instance keeps it through the roll-out.
-    let first = get(lb.proxy, "/", &[("host", "catalog.example.com")])
+    // (A new session may be the canary's: the first one on 1.0.x.)
+    let mut first = get(lb.proxy, "/", &[("host", "catalog.example.com")])
         .await
         .unwrap();
+    for _ in 0..100 {
+        if first.text() != "backend c" {
+            break;
+        }
+        first = get(lb.proxy, "/", &[("host", "catalog.example.com")])
+            .await
+            .unwrap();
+    }
     let cookie = first
         .headers
         .get("set-cookie")
