@@ -273,3 +273,81 @@ async fn canary_prefer_and_cutover() {
     let seen = spread(&lb, "catalog.example.com", 100).await;
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["backend c"], "{seen:?}");
 }
+
+/// A web gear that says its version on every answer (its health checks' too).
+async fn announcing(
+    name: &'static str,
+    version: &'static str,
+) -> (std::net::SocketAddr, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicU64::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let count = count.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let check = req
+                            .headers()
+                            .get("user-agent")
+                            .is_some_and(|v| v == "gearlb-health-check");
+                        if !check {
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                        async move {
+                            let mut resp = http::Response::new(full(format!("backend {name}")));
+                            resp.headers_mut().insert(
+                                "x-gearlb-version",
+                                http::HeaderValue::from_static(version),
+                            );
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_gears_that_cannot_register_announce_their_version_on_the_health_check() {
+    let (old, old_served) = announcing("old", "app-1.0.0").await;
+    let (new, new_served) = announcing("new", "app-1.1.0").await;
+    let wd = workdir();
+    let lb = Gearlb::start(
+        wd.path(),
+        &config_text(
+            wd.path(),
+            &[("old", old), ("new", new)],
+            "[health]\ninterval = \"100ms\"\n",
+        ),
+    );
+    let announced = |lb: &Gearlb| {
+        let r = lb.status_json();
+        r["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["version"].is_string())
+    };
+    assert!(eventually(Duration::from_secs(10), || announced(&lb)).await);
+    let before = new_served.load(Ordering::Relaxed);
+    for _ in 0..200 {
+        let got = get(lb.proxy, "/", &[]).await.unwrap();
+        assert_eq!(got.text(), "backend old");
+    }
+    assert_eq!(
+        new_served.load(Ordering::Relaxed),
+        before,
+        "1.1.0 waits for 1.0.x"
+    );
+    assert!(old_served.load(Ordering::Relaxed) >= 200);
+}

@@ -1035,6 +1035,7 @@ fn sample_report() -> StatusReport {
                 result: result.into(),
                 ms: 3,
                 at: gearlb::stats::unix_now() - 1,
+                version: None,
             }),
             tunnels: 0,
             sessions: 3,

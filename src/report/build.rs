@@ -86,7 +86,11 @@ pub fn backend_reports(table: &Snapshot) -> Vec<BackendReport> {
                 backup: b.spec.backup,
                 queued: b.queued.load(Ordering::Relaxed),
                 max_connections: b.spec.max_connections,
-                version: b.spec.version.clone(),
+                version: e
+                    .announced
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .or_else(|| b.spec.version.clone()),
             }
         })
         .collect()

@@ -153,7 +153,11 @@ impl ServiceReport {
                 state: e.state(),
                 backup: e.backend.spec.backup,
                 max_connections: e.backend.spec.max_connections,
-                version: e.backend.spec.version.clone(),
+                version: e
+                    .announced
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .or_else(|| e.backend.spec.version.clone()),
                 outstanding: t.outstanding(),
                 queued: t.queued.load(std::sync::atomic::Ordering::Relaxed),
                 lease_left_s: leases

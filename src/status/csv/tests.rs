@@ -201,6 +201,7 @@ fn check_statuses() {
         result: result.into(),
         ms: 1,
         at: 0,
+        version: None,
     };
     assert_eq!(check_status(&c(true, "200")).0, "L7OK");
     assert_eq!(

@@ -83,6 +83,9 @@ pub struct CheckReport {
     pub ms: u64,
     /// Unix time of the check, seconds.
     pub at: u64,
+    /// The version the backend announced in its answer (`X-Gearlb-Version`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Which backend this is: unique in the process. A backend re-created for the same name

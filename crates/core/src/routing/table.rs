@@ -26,6 +26,9 @@ pub struct Entry {
     /// Taken out of selection by the gear ratio (`local-gear` only): no traffic at all,
     /// reported as drained (HAProxy's MAINT, as the old cartridge's disabled server).
     pub parked: bool,
+    /// The version the backend announced on its health check (a web gear that cannot
+    /// register); it counts over its spec's.
+    pub announced: Option<versions::Version>,
 }
 
 impl Entry {
@@ -36,6 +39,7 @@ impl Entry {
             admin: Admin::Active,
             in_subset: true,
             parked: false,
+            announced: None,
         }
     }
 
@@ -309,7 +313,7 @@ fn members_of(entries: &[Entry]) -> Vec<versions::Member> {
     entries
         .iter()
         .map(|e| versions::Member {
-            version: e.backend.version.clone(),
+            version: e.announced.clone().or_else(|| e.backend.version.clone()),
             compatible: e.backend.compatible.clone(),
             present: e.admin == Admin::Active && !e.parked,
         })

@@ -72,15 +72,18 @@ impl Checker for HttpChecker {
                         result: "busy at max_connections: not checked".into(),
                         ms: 0,
                         at: unix_secs(),
+                        version: None,
                     };
                 }
             },
         };
         let result = tokio::time::timeout(s.timeout, http_check(conn, backend, s)).await;
+        let mut version = None;
         let (ok, result) = match result {
             Err(_) => (false, format!("timed out after {:?}", s.timeout)),
             Ok(Err(e)) => (false, e),
-            Ok(Ok(status)) => {
+            Ok(Ok((status, announced))) => {
+                version = announced;
                 let code = status.to_string();
                 (s.expect.is_match(&code), code)
             }
@@ -93,6 +96,7 @@ impl Checker for HttpChecker {
             result,
             ms: started.elapsed().as_millis() as u64,
             at: unix_secs(),
+            version,
         }
     }
 }
@@ -148,7 +152,7 @@ async fn http_check(
     conn: &mut CheckConn,
     backend: &Target,
     s: &HealthSettings,
-) -> Result<u16, String> {
+) -> Result<(u16, Option<String>), String> {
     let uri = s.uri.as_str();
     if let Some(mut sender) = conn.take().filter(|s| !s.is_closed()) {
         if sender.ready().await.is_ok() {
@@ -172,8 +176,14 @@ async fn finish(
     conn: &mut CheckConn,
     sender: SendRequest<ReqBody>,
     resp: hyper::Response<hyper::body::Incoming>,
-) -> u16 {
+) -> (u16, Option<String>) {
     let status = resp.status().as_u16();
+    // A gear that cannot register says its version here (`routing::versions`).
+    let version = resp
+        .headers()
+        .get(VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().chars().take(128).collect::<String>());
     let mut body = resp.into_body();
     let mut read = 0usize;
     while read <= CHECK_BODY_KEEP {
@@ -186,5 +196,8 @@ async fn finish(
             Some(Err(_)) => break,
         }
     }
-    status
+    (status, version)
 }
+
+/// The response header in which a backend announces its version on a health check.
+pub const VERSION_HEADER: &str = "x-gearlb-version";

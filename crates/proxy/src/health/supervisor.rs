@@ -88,6 +88,17 @@ pub async fn run<C: Checker>(
                 }
                 let ok = report.ok;
                 let result = report.result.clone();
+                if ok {
+                    let announced = report
+                        .version
+                        .as_deref()
+                        .and_then(|v| gearlb_core::routing::versions::Version::parse(v).ok());
+                    let current = router.load().iter().find(|(e, _)| e.backend.id == backend.id).map(|(e, _)| e.announced.clone());
+                    if current.is_some_and(|c| c != announced) {
+                        info!(backend = %backend.name(), version = ?report.version, "backend announces its version");
+                        router.set_announced(backend.id, announced);
+                    }
+                }
                 backend.last_check.store(Some(Arc::new(report)));
                 backend.stats.check_result(ok);
                 if let Some(w) = watched.get_mut(&backend.id) {

@@ -72,6 +72,7 @@ impl Checker for Fake {
             result: "fake".into(),
             ms: 0,
             at: 0,
+            version: None,
         }
     }
 }

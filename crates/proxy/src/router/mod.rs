@@ -166,6 +166,18 @@ impl Router {
         self.publish(current.entries().to_vec(), current.targets().to_vec());
     }
 
+    /// The version a backend announced on its health check (none: its spec's).
+    pub fn set_announced(
+        &self,
+        backend: BackendId,
+        version: Option<gearlb_core::routing::versions::Version>,
+    ) -> bool {
+        self.edit(
+            |e| e.backend.id == backend,
+            |e| e.announced = version.clone(),
+        )
+    }
+
     /// The version policy in force.
     pub fn versions(&self) -> Arc<gearlb_core::routing::versions::Policy> {
         self.versions.load_full()
@@ -202,9 +214,10 @@ impl Router {
             .map(|e| {
                 let mut e = e.clone();
                 if pick(&e) {
-                    let before = (e.up, e.admin, e.in_subset, e.parked);
+                    let before = (e.up, e.admin, e.in_subset, e.parked, e.announced.clone());
                     edit(&mut e);
-                    changed |= before != (e.up, e.admin, e.in_subset, e.parked);
+                    changed |=
+                        before != (e.up, e.admin, e.in_subset, e.parked, e.announced.clone());
                 }
                 e
             })
