@@ -38,6 +38,12 @@ use crate::routing::{Admin, Router};
 pub use sources::registration;
 use sources::{merge, Desired, Origin, Refusal, Registration};
 
+/// The balancer's own settings, built once per change, that each service's start from.
+struct Bases {
+    settings: crate::proxy::Settings,
+    health: crate::health::HealthSettings,
+}
+
 /// The most instances registered with one balancer at once.
 pub const MAX_REGISTRATIONS: usize = 10_000;
 
@@ -390,8 +396,12 @@ impl ServiceSet {
         // Own listeners: bound before anything is published; one that cannot be bound
         // refuses its service (a running one keeps its listener).
         let mut kept = Vec::new();
+        let base = Bases {
+            settings: crate::proxy::Settings::from_config(cfg),
+            health: crate::health::HealthSettings::from_config(&cfg.health),
+        };
         for d in desired {
-            let result = self.ensure(st, cfg, &d).await;
+            let result = self.ensure(st, cfg, &base, &d).await;
             if let Err(why) = result {
                 refused.push(Refusal {
                     service: d.config.name.clone(),
@@ -439,11 +449,17 @@ impl ServiceSet {
     }
 
     /// Start `d`'s service or bring it up to date (backends, policy, listener).
-    async fn ensure(&self, st: &mut State, cfg: &Config, d: &Desired) -> Result<(), String> {
+    async fn ensure(
+        &self,
+        st: &mut State,
+        cfg: &Config,
+        base: &Bases,
+        d: &Desired,
+    ) -> Result<(), String> {
         let name = d.config.name.clone();
         let ops = st.ops_of(&name, &self.self_id);
-        let settings = Arc::new(service_settings(cfg, &d.config));
-        let health = service_health(cfg, &d.config);
+        let settings = Arc::new(service_settings(&base.settings, &d.config));
+        let health = service_health(&base.health, &d.config);
         if !st.running.contains_key(&name) {
             let router = Arc::new(Router::new(cfg.limits.max_idle_per_backend));
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -74,7 +74,20 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
     });
     let mut specs = wanted.clone();
     specs.extend(r.draining.values().map(|(s, _)| s.clone()));
-    let change = r.service.router.replace_backends(specs);
+    // An unchanged set publishes nothing (a new table would reset every connection's
+    // affinity).
+    let current = r.service.router.specs();
+    let by_name: HashMap<&str, &BackendSpec> =
+        current.iter().map(|s| (s.name.as_str(), s)).collect();
+    let same = current.len() == specs.len()
+        && specs
+            .iter()
+            .all(|s| by_name.get(s.name.as_str()) == Some(&s));
+    let change = if same {
+        Default::default()
+    } else {
+        r.service.router.replace_backends(specs)
+    };
     for name in &change.added {
         info!(service = %r.config.name, backend = %name, "backend added");
     }
@@ -88,25 +101,25 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
     }
 }
 
-/// The proxy settings of a service: the balancer's, with the service's own.
-pub(super) fn service_settings(cfg: &Config, s: &ServiceConfig) -> Settings {
-    let mut c = cfg.clone();
+/// The proxy settings of a service: the balancer's (`base`), with the service's own.
+pub(super) fn service_settings(base: &Settings, s: &ServiceConfig) -> Settings {
+    let mut settings = base.clone();
     if let Some(cookie) = &s.sticky_cookie {
-        c.sticky.cookie = cookie.clone();
+        settings.sticky = base.sticky.as_ref().map(|st| st.renamed(cookie));
     }
     if let Some(t) = s.timeouts.connect {
-        c.timeouts.connect = t;
+        settings.timeouts.connect = t;
     }
     if let Some(t) = s.timeouts.server {
-        c.timeouts.server = t;
+        settings.timeouts.server = t;
     }
-    let mut settings = Settings::from_config(&c);
-    settings.queue_timeout = s.queue_timeout.unwrap_or(c.timeouts.connect);
+    settings.queue_timeout = s.queue_timeout.unwrap_or(settings.timeouts.connect);
     settings
 }
 
-pub(super) fn service_health(cfg: &Config, s: &ServiceConfig) -> HealthSettings {
-    HealthSettings::from_config(&cfg.health).with_service(
+/// A service's health check: the balancer's (`base`), with the service's own.
+pub(super) fn service_health(base: &HealthSettings, s: &ServiceConfig) -> HealthSettings {
+    base.clone().with_service(
         s.health.path.as_deref(),
         s.health.expect.as_deref(),
         s.health.port,

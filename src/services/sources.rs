@@ -8,6 +8,7 @@
 //! Every balancer of a cluster merges the same inputs in the same order
 //! ([`order_files`], [`order_registrations`]), so they all route the same way.
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -114,8 +115,15 @@ pub fn merge(
         })
         .collect();
     let mut refused = Vec::new();
+    // Where each service is in `out`, and its backends' names: lookups that do not grow
+    // with the number of services and instances.
+    let mut index: HashMap<String, (usize, HashSet<String>)> = HashMap::new();
+    let names = |c: &ServiceConfig| c.backends.iter().map(|b| b.name.clone()).collect();
+    for (i, d) in out.iter().enumerate() {
+        index.insert(d.config.name.clone(), (i, names(&d.config)));
+    }
     for (origin, s) in files {
-        if let Some(first) = out.iter().find(|d| d.config.name == s.name) {
+        if let Some(first) = index.get(&s.name).map(|(i, _)| &out[*i]) {
             refused.push(Refusal {
                 service: s.name.clone(),
                 origin: origin.clone(),
@@ -127,6 +135,7 @@ pub fn merge(
             });
             continue;
         }
+        index.insert(s.name.clone(), (out.len(), names(s)));
         out.push(Desired {
             config: s.clone(),
             origin: origin.clone(),
@@ -139,8 +148,9 @@ pub fn merge(
             backend: Some(r.backend.clone()),
             why,
         };
-        match out.iter_mut().find(|d| d.config.name == r.service) {
-            Some(d) => {
+        match index.get_mut(&r.service) {
+            Some((i, backends)) => {
+                let d = &mut out[*i];
                 let routes_differ = (!r.hosts.is_empty() && r.hosts != d.config.hosts)
                     || (!r.paths.is_empty() && r.paths != d.config.paths);
                 if routes_differ && d.origin != Origin::Registration {
@@ -153,7 +163,7 @@ pub fn merge(
                         "service {:?} is registered with hosts {:?} paths {:?}: an instance cannot announce others",
                         r.service, d.config.hosts, d.config.paths
                     )));
-                } else if d.config.backends.iter().any(|b| b.name == r.backend) {
+                } else if backends.contains(&r.backend) {
                     if d.origin != Origin::Registration {
                         refused.push(refuse(format!(
                             "backend {:?} of service {:?} is defined by {}",
@@ -161,6 +171,7 @@ pub fn merge(
                         )));
                     }
                 } else {
+                    backends.insert(r.backend.clone());
                     d.config.backends.push(backend_of(r));
                 }
             }
@@ -168,25 +179,31 @@ pub fn merge(
                 "service {:?} is not defined: the first instance must name its hosts (--host)",
                 r.service
             ))),
-            None => out.push(Desired {
-                config: ServiceConfig {
-                    name: r.service.clone(),
-                    hosts: r.hosts.clone(),
-                    paths: if r.paths.is_empty() {
-                        vec!["/".into()]
-                    } else {
-                        r.paths.clone()
+            None => {
+                index.insert(
+                    r.service.clone(),
+                    (out.len(), HashSet::from([r.backend.clone()])),
+                );
+                out.push(Desired {
+                    config: ServiceConfig {
+                        name: r.service.clone(),
+                        hosts: r.hosts.clone(),
+                        paths: if r.paths.is_empty() {
+                            vec!["/".into()]
+                        } else {
+                            r.paths.clone()
+                        },
+                        listen: None,
+                        sticky_cookie: None,
+                        queue_timeout: None,
+                        health: Default::default(),
+                        timeouts: Default::default(),
+                        backends: vec![backend_of(r)],
+                        versions: Default::default(),
                     },
-                    listen: None,
-                    sticky_cookie: None,
-                    queue_timeout: None,
-                    health: Default::default(),
-                    timeouts: Default::default(),
-                    backends: vec![backend_of(r)],
-                    versions: Default::default(),
-                },
-                origin: Origin::Registration,
-            }),
+                    origin: Origin::Registration,
+                });
+            }
         }
     }
     (out, refused)
@@ -239,11 +256,9 @@ pub fn order_registrations(mut all: Vec<(String, Registration)>) -> Vec<Registra
         key(a).cmp(&key(b))
     });
     let mut out: Vec<Registration> = Vec::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
     for (_, r) in all {
-        if !out
-            .iter()
-            .any(|o| o.service == r.service && o.backend == r.backend)
-        {
+        if seen.insert((r.service.clone(), r.backend.clone())) {
             out.push(r);
         }
     }

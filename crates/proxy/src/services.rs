@@ -34,10 +34,12 @@ impl Services {
     /// `services` are those `routes` names, in any order; a route to a service not
     /// given is dropped (the caller builds both from one list).
     pub fn new(routes: RouteTable, services: &[Arc<Service>]) -> Self {
+        let by_name: std::collections::HashMap<&str, &Arc<Service>> =
+            services.iter().map(|s| (&*s.name, s)).collect();
         let services = routes
             .services()
             .iter()
-            .map(|name| services.iter().find(|s| &*s.name == name).cloned())
+            .map(|name| by_name.get(name.as_str()).map(|s| Arc::clone(s)))
             .collect::<Option<Vec<_>>>()
             .unwrap_or_default();
         let routes = if services.len() == routes.services().len() {

@@ -68,6 +68,15 @@ impl Sticky {
         }
     }
 
+    /// The same cookie (sealed or not, same key and age) under another name: a
+    /// service's own.
+    pub fn renamed(&self, name: &str) -> Self {
+        Sticky {
+            name: name.to_string(),
+            ..self.clone()
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

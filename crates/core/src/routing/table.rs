@@ -98,7 +98,15 @@ impl RoutingTable {
     /// them (see [`versions::plan`]): the active group's, and the canary group's for
     /// its share. A table whose backends have no version is the same as `new`'s.
     pub fn with_versions(entries: Vec<Entry>, generation: u64, policy: &versions::Policy) -> Self {
-        let plan = versions::plan(&members_of(&entries), policy);
+        // Versions are rare (the cartridge's gears have none): no plan without them.
+        let versioned = entries
+            .iter()
+            .any(|e| e.announced.is_some() || e.backend.version.is_some());
+        let plan = if versioned {
+            versions::plan(&members_of(&entries), policy)
+        } else {
+            versions::Plan::default()
+        };
         let mut allowed = vec![!plan.versioned; entries.len()];
         for &i in &plan.active {
             allowed[i] = true;

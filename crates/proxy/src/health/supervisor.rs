@@ -36,6 +36,8 @@ pub async fn run<C: Checker>(
         backend: Arc<Target>,
         machine: Machine,
         stop: CancellationToken,
+        /// The version it last announced on a check (`X-Gearlb-Version`).
+        announced: Option<String>,
     }
     let mut watched: HashMap<BackendId, Watched> = HashMap::new();
     let (results_tx, mut results) = mpsc::unbounded_channel::<(Arc<Target>, CheckReport)>();
@@ -63,6 +65,7 @@ pub async fn run<C: Checker>(
                         backend: t.clone(),
                         machine: Machine::new(e.up),
                         stop,
+                        announced: None,
                     }
                 });
             }
@@ -88,16 +91,14 @@ pub async fn run<C: Checker>(
                 }
                 let ok = report.ok;
                 let result = report.result.clone();
-                if ok {
-                    let announced = report
+                if let Some(w) = watched.get_mut(&backend.id).filter(|w| ok && w.announced != report.version) {
+                    info!(backend = %backend.name(), version = ?report.version, "backend announces its version");
+                    w.announced = report.version.clone();
+                    let parsed = report
                         .version
                         .as_deref()
                         .and_then(|v| gearlb_core::routing::versions::Version::parse(v).ok());
-                    let current = router.load().iter().find(|(e, _)| e.backend.id == backend.id).map(|(e, _)| e.announced.clone());
-                    if current.is_some_and(|c| c != announced) {
-                        info!(backend = %backend.name(), version = ?report.version, "backend announces its version");
-                        router.set_announced(backend.id, announced);
-                    }
+                    router.set_announced(backend.id, parsed);
                 }
                 backend.last_check.store(Some(Arc::new(report)));
                 backend.stats.check_result(ok);
