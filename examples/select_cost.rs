@@ -26,6 +26,7 @@ fn router(n: usize) -> Router {
                 max_connections: None,
                 version: None,
                 compatible: Vec::new(),
+                send_proxy: None,
             })
             .collect(),
     );

@@ -344,6 +344,7 @@ mod tests {
                     max_connections: None,
                     version: None,
                     compatible: Vec::new(),
+                    send_proxy: None,
                 })
                 .collect(),
             peers: Vec::new(),

@@ -1085,6 +1085,7 @@ fn sample_report() -> StatusReport {
         uptime_secs: 3725,
         gear_uuid: Some("5256ab".into()),
         listen: ListenReport {
+            mode: Default::default(),
             proxy: "127.0.0.1:8080".into(),
             status: "127.0.0.1:8081".into(),
         },

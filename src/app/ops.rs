@@ -56,6 +56,7 @@ impl App {
                 max_connections: None,
                 version: None,
                 compatible: Vec::new(),
+                send_proxy: None,
             })
             .collect();
         // A gear whose entry was malformed keeps its current address rather than being
@@ -291,8 +292,7 @@ impl App {
             tls.replace(new_tls);
             notes.push("TLS certificates reloaded (for new connections)".into());
         }
-        self.health
-            .store(Arc::new(HealthSettings::from_config(&new.health)));
+        self.health.store(Arc::new(HealthSettings::of(&new)));
         self.services.apply(&applied).await;
         self.coverage.store(new.subset.coverage, Ordering::Relaxed);
         self.scaler.settings.store(Arc::new(scaler_settings(&new)));

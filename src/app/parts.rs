@@ -125,6 +125,7 @@ pub(super) fn config_specs(cfg: &Config) -> Vec<BackendSpec> {
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: b.send_proxy,
         })
         .collect();
     if let Some(l) = local_gear_spec(cfg) {
@@ -148,6 +149,7 @@ pub(super) fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
         max_connections: None,
         version: None,
         compatible: Vec::new(),
+        send_proxy: None,
     })
 }
 

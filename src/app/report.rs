@@ -37,6 +37,7 @@ impl App {
                     hosts: v.hosts,
                     paths: v.paths,
                     listen: v.listen.map(|l| l.to_string()),
+                    mode: v.mode,
                     frontend: v.frontend.as_deref().map(FrontendReport::read),
                     availability: Some(v.router.availability()),
                     backends: report::backend_reports(&v.router.snapshot()),

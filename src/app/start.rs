@@ -326,6 +326,7 @@ pub(super) fn assemble(
         listen: ListenReport {
             proxy: listeners.proxy.local_addr()?.to_string(),
             status: listeners.status.local_addr()?.to_string(),
+            mode: cfg.listen.mode,
         },
         status_counters: Arc::new(crate::status::ListenerStats::default()),
         metrics,
@@ -340,9 +341,7 @@ pub(super) fn assemble(
         scaler,
         proxy,
         frontend,
-        health: Arc::new(ArcSwap::from_pointee(HealthSettings::from_config(
-            &cfg.health,
-        ))),
+        health: Arc::new(ArcSwap::from_pointee(HealthSettings::of(&cfg))),
         ejections: Mutex::new(Some(eject_rx)),
         coverage: Arc::new(AtomicU32::new(cfg.subset.coverage)),
         tls: listeners.tls_acceptor.clone(),

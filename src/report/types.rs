@@ -141,6 +141,9 @@ pub struct RotationReport {
 pub struct ListenReport {
     pub proxy: String,
     pub status: String,
+    /// What `proxy` speaks: `http` or `tcp` (the CSV's `mode`).
+    #[serde(default)]
+    pub mode: crate::config::Mode,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,6 +262,9 @@ pub struct ServiceStatus {
     pub paths: Vec<String>,
     /// Its own listener, when it has one, and that listener's traffic.
     pub listen: Option<String>,
+    /// What it speaks: `http` or `tcp`.
+    #[serde(default)]
+    pub mode: crate::config::Mode,
     pub frontend: Option<FrontendReport>,
     /// Whether a backend may take a request, and since when.
     pub availability: Option<availability::AvailabilityReport>,

@@ -279,6 +279,7 @@ mod tests {
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: None,
         }]);
         r
     }
@@ -351,6 +352,7 @@ mod tests {
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: None,
         }]);
         assert_eq!(router.load().entries()[0].state(), BackendState::Drained);
         let i = rot.submit("web1-ns", Op::In, "lb2", Duration::ZERO);

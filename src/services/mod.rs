@@ -55,6 +55,8 @@ pub struct ServiceView {
     pub hosts: Vec<String>,
     pub paths: Vec<String>,
     pub listen: Option<std::net::SocketAddr>,
+    /// What it speaks (`http` or `tcp`).
+    pub mode: crate::config::Mode,
     /// Its own listener's counters.
     pub frontend: Option<Arc<crate::stats::FrontendStats>>,
     pub router: Arc<Router>,
@@ -386,6 +388,7 @@ impl ServiceSet {
         let regs = sources::order_registrations(all_regs);
         let (mut desired, merged_refused) = merge(&cfg.services, &files, &regs);
         refused.extend(merged_refused);
+        sources::fit_modes(&mut desired, cfg.listen.mode, &mut refused);
         let default = cfg.default_service();
         sources::resolve_conflicts(
             &mut desired,
@@ -398,7 +401,7 @@ impl ServiceSet {
         let mut kept = Vec::new();
         let base = Bases {
             settings: crate::proxy::Settings::from_config(cfg),
-            health: crate::health::HealthSettings::from_config(&cfg.health),
+            health: crate::health::HealthSettings::of(cfg),
         };
         for d in desired {
             let result = self.ensure(st, cfg, &base, &d).await;
@@ -459,7 +462,7 @@ impl ServiceSet {
         let name = d.config.name.clone();
         let ops = st.ops_of(&name, &self.self_id);
         let settings = Arc::new(service_settings(&base.settings, &d.config));
-        let health = service_health(&base.health, &d.config);
+        let health = service_health(&base.health, &base.settings, &d.config);
         if !st.running.contains_key(&name) {
             let router = Arc::new(Router::new(cfg.limits.max_idle_per_backend));
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -570,6 +573,7 @@ impl ServiceSet {
                     origin: r.origin.clone(),
                     hosts: r.config.hosts.clone(),
                     paths: r.config.paths.clone(),
+                    mode: r.config.mode,
                     listen: r.listener.as_ref().map(|l| l.0),
                     frontend: r.listener.as_ref().map(|l| l.2.stats.clone()),
                     router: r.service.router.clone(),

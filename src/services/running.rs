@@ -54,6 +54,7 @@ pub(super) fn update_backends(r: &mut Running, cfg: &Config) {
             max_connections: b.max_connections,
             version: b.version.clone(),
             compatible: b.compatible.clone(),
+            send_proxy: b.send_proxy,
         })
         .collect();
     let deadline = Instant::now() + cfg.rotate.timeout;
@@ -114,16 +115,30 @@ pub(super) fn service_settings(base: &Settings, s: &ServiceConfig) -> Settings {
         settings.timeouts.server = t;
     }
     settings.queue_timeout = s.queue_timeout.unwrap_or(settings.timeouts.connect);
+    // A service on a listener of its own speaks its own mode; the others are routed on
+    // listen.proxy, in its mode (checked when the service was read).
+    if s.listen.is_some() {
+        settings.mode = s.mode;
+    }
     settings
 }
 
 /// A service's health check: the balancer's (`base`), with the service's own.
-pub(super) fn service_health(base: &HealthSettings, s: &ServiceConfig) -> HealthSettings {
-    base.clone().with_service(
+pub(super) fn service_health(
+    base: &HealthSettings,
+    settings: &Settings,
+    s: &ServiceConfig,
+) -> HealthSettings {
+    let h = base.clone().with_service(
         s.health.path.as_deref(),
         s.health.expect.as_deref(),
         s.health.port,
-    )
+    );
+    if s.listen.is_some() {
+        h.for_mode(s.mode, settings.tcp.check)
+    } else {
+        h
+    }
 }
 
 /// A service's own listener, bound and not yet serving.

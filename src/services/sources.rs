@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::{ServiceBackend, ServiceConfig};
+use crate::config::{Mode, ServiceBackend, ServiceConfig};
 use crate::gear::Addr;
 
 /// Where a service's definition comes from.
@@ -194,6 +194,8 @@ pub fn merge(
                             r.paths.clone()
                         },
                         listen: None,
+                        // Registered services are routed on listen.proxy, in its mode.
+                        mode: Default::default(),
                         sticky_cookie: None,
                         queue_timeout: None,
                         health: Default::default(),
@@ -362,6 +364,31 @@ pub fn resolve_conflicts(
     }
 }
 
+/// A service without a listener of its own is routed on listen.proxy, in its mode
+/// (`main`): a registration's service takes it, a definition in another mode is
+/// refused.
+pub fn fit_modes(desired: &mut Vec<Desired>, main: Mode, refused: &mut Vec<Refusal>) {
+    desired.retain_mut(|d| {
+        if d.origin == Origin::Registration {
+            d.config.mode = main;
+        }
+        if d.config.listen.is_some() || d.config.mode == main {
+            return true;
+        }
+        refused.push(Refusal {
+            service: d.config.name.clone(),
+            origin: d.origin.clone(),
+            backend: None,
+            why: format!(
+                "mode {:?} without a listener of its own, but listen.proxy is {:?}",
+                d.config.mode.as_str(),
+                main.as_str()
+            ),
+        });
+        false
+    });
+}
+
 fn backend_of(r: &Registration) -> ServiceBackend {
     ServiceBackend {
         name: r.backend.clone(),
@@ -370,6 +397,7 @@ fn backend_of(r: &Registration) -> ServiceBackend {
         max_connections: None,
         version: r.version.clone(),
         compatible: r.compatible.clone(),
+        send_proxy: None,
     }
 }
 
@@ -383,6 +411,7 @@ mod tests {
             hosts: vec![host.into()],
             paths: vec!["/".into()],
             listen: None,
+            mode: Default::default(),
             sticky_cookie: None,
             queue_timeout: None,
             health: Default::default(),

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 mod scripted;
+pub mod tls_gear;
 #[allow(unused_imports)]
 pub use scripted::{Reply, Scripted, Seen as SeenRequest, Then, When};
 

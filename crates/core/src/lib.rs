@@ -11,6 +11,7 @@
 //! - [`rotation`]: the rotation register's merge and the completion rule.
 //! - [`scaler`]: the election, the scaling policy and scale events.
 //! - [`time`]: wall-clock Unix time.
+//! - [`wire`]: TCP mode's byte formats (ClientHello SNI, PROXY protocol, TLS hello check).
 //!
 //! The data plane (`gearlb-proxy`) and the application (`gearlb`) build on it; it names
 //! neither.
@@ -24,3 +25,4 @@ pub mod rotation;
 pub mod routing;
 pub mod scaler;
 pub mod time;
+pub mod wire;

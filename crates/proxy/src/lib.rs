@@ -66,6 +66,7 @@ mod session;
 mod settings;
 mod shared;
 pub mod stats;
+mod tcp;
 pub mod tls;
 pub mod tunnel;
 pub mod turn;

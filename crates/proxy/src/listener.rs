@@ -17,7 +17,8 @@ use super::downstream::tls::serve_tls_connection;
 use super::shared::ProxyCtx;
 use crate::session::Session;
 
-/// Accept client connections until `shutdown` is cancelled. Connections over
+/// Accept client connections until `shutdown` is cancelled: HTTP, or forwarded as
+/// bytes when the context's settings say `mode = "tcp"` (see `tcp`). Connections over
 /// `max_connections` are closed at once (counted as refused); an open WebSocket (any
 /// upgraded connection) keeps its connection's place. Each connection is tracked on
 /// `tracker` until it closes, tunnel included, so the caller can wait for them.
@@ -62,6 +63,8 @@ async fn accept_loop(
         .get_or_init(|| Arc::new(Semaphore::new(max_connections)))
         .clone();
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    // The mode is the listener's for its life (a restart-only setting).
+    let tcp = ctx.settings.load().mode == gearlb_core::config::Mode::Tcp;
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -89,6 +92,9 @@ async fn accept_loop(
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         match &tls {
+            None if tcp => tokio::spawn(crate::tcp::serve(
+                ctx, session, stream, peer, local_port, shutdown,
+            )),
             None => tokio::spawn(async move {
                 serve_connection(&ctx, session, stream, peer, local_port, shutdown).await;
             }),

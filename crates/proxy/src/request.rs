@@ -104,6 +104,16 @@ async fn forward(
             }
         }
     }
+    // A TCP port (TLS to the gears) parses HTTP only for the balancer's own protocol.
+    if settings.mode == gearlb_core::config::Mode::Tcp {
+        return Err((
+            ForwardError::Refused(
+                http::StatusCode::BAD_REQUEST,
+                "this port forwards TLS to the gears: HTTP is not served here",
+            ),
+            None,
+        ));
+    }
     // An upgrade only to protocols a gear may be offered (never h2c).
     let upgrade = forward::upgrade_offer(req.headers()).is_some();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -299,7 +309,7 @@ async fn forward(
 /// A slot on a backend with a connection limit: at once when one is free, else after
 /// the requests queued before this one (FIFO), within `timeout`; false at the timeout.
 /// The slot is the request's [`InFlight`]'s to give back.
-async fn take_slot(
+pub(crate) async fn take_slot(
     slots: &tokio::sync::Semaphore,
     backend: &Target,
     timeout: std::time::Duration,

@@ -57,6 +57,19 @@ impl Services {
             .and_then(|i| self.services.get(i))
     }
 
+    /// The service of a TLS connection by its server name (`None`: no name, or
+    /// `unknown_default` and a name no service claims: the service claiming every
+    /// host, if any).
+    pub fn lookup_sni(&self, name: Option<&str>, unknown_default: bool) -> Option<&Arc<Service>> {
+        let found = name.and_then(|n| self.routes.lookup_index(n, "/"));
+        let i = match found {
+            Some(i) => Some(i),
+            None if unknown_default => self.routes.lookup_any("/"),
+            None => None,
+        };
+        i.and_then(|i| self.services.get(i))
+    }
+
     pub fn routes(&self) -> &RouteTable {
         &self.routes
     }

@@ -32,6 +32,10 @@ pub struct Settings {
     pub log_requests: bool,
     /// hyper's HTTP/1 server settings, built once (not per connection).
     pub h1: hyper::server::conn::http1::Builder,
+    /// What the listener speaks (`listen.mode`, or a TCP service's own listener).
+    pub mode: gearlb_core::config::Mode,
+    /// TCP mode's settings (`[tcp]`).
+    pub tcp: gearlb_core::config::TcpConfig,
 }
 
 impl Settings {
@@ -70,6 +74,8 @@ impl Settings {
             sticky,
             queue_timeout: c.timeouts.connect,
             log_requests: c.log.requests || c.log.requests_forced,
+            mode: c.listen.mode,
+            tcp: c.tcp.clone(),
         }
     }
 }

@@ -112,29 +112,47 @@ async fn relay(
         }
     }
     let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
+    let end = watch(copy, clock, &last, idle, &stop, &kill).await;
+    debug!(backend = %backend.name(), ended = ?end, "tunnel closed");
+}
+
+/// Why a byte relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// A side closed (or failed); the relay's result.
+    Closed,
+    /// The balancer stops.
+    Stopped,
+    /// The backend's connections were cut (drain deadline).
+    Cut,
+    /// No byte moved for the idle limit.
+    Idle,
+}
+
+/// Run `copy` (bytes both ways) until it ends, the balancer stops (`stop`), the
+/// backend's connections are cut (`kill`), or no byte moved for `idle` (as `last`,
+/// kept on `clock` by an [`ActivityIo`], says). One timer, re-armed only when it fires.
+pub(crate) async fn watch<F: std::future::Future>(
+    copy: F,
+    clock: Clock,
+    last: &AtomicU64,
+    idle: Duration,
+    stop: &CancellationToken,
+    kill: &CancellationToken,
+) -> Ended {
     tokio::pin!(copy);
     let watchdog = tokio::time::sleep(idle);
     tokio::pin!(watchdog);
     loop {
         tokio::select! {
-            r = &mut copy => {
-                debug!(backend = %backend.name(), result = ?r, "tunnel closed");
-                return;
-            }
-            _ = stop.cancelled() => {
-                debug!(backend = %backend.name(), "tunnel closed by the balancer");
-                return;
-            }
-            _ = kill.cancelled() => {
-                debug!(backend = %backend.name(), "tunnel closed at the drain deadline");
-                return;
-            }
+            _ = &mut copy => return Ended::Closed,
+            _ = stop.cancelled() => return Ended::Stopped,
+            _ = kill.cancelled() => return Ended::Cut,
             _ = &mut watchdog => {
                 let quiet = clock.now_ms().saturating_sub(last.load(Ordering::Relaxed));
                 let limit = idle.as_millis() as u64;
                 if quiet >= limit {
-                    debug!(backend = %backend.name(), "tunnel idle for {idle:?}, closed");
-                    return;
+                    return Ended::Idle;
                 }
                 watchdog.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(limit - quiet));
             }
@@ -229,6 +247,7 @@ mod tests {
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: None,
         }]);
         let stats = Arc::new(FrontendStats::default());
         let stopping = CancellationToken::new();

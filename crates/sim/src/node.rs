@@ -128,6 +128,7 @@ impl Sim {
                 max_connections: None,
                 version: None,
                 compatible: Vec::new(),
+                send_proxy: None,
             })
             .collect();
         let ids: Vec<String> = (0..cfg.m).map(|_| hex_id(&mut rng)).collect();

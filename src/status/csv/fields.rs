@@ -130,6 +130,18 @@ pub fn check_status(c: &CheckReport) -> (&'static str, Option<u16>, &'static str
             ("L7STS", Some(code), "Layer7 wrong status")
         };
     }
+    // TCP backends' checks (`proxy::health`'s layer 4 and 6 results).
+    for (prefix, status, desc) in [
+        ("L6OK", "L6OK", "Layer6 check passed"),
+        ("L6RSP", "L6RSP", "Layer6 invalid response"),
+        ("L6TOUT", "L6TOUT", "Layer6 timeout"),
+        ("L4OK", "L4OK", "Layer4 check passed"),
+        ("L4CON", "L4CON", "Layer4 connection problem"),
+    ] {
+        if c.result.starts_with(prefix) {
+            return (status, None, desc);
+        }
+    }
     if c.result.starts_with("connect") {
         ("L4CON", None, "Layer4 connection problem")
     } else if c.result.starts_with("timed out") {

@@ -6,7 +6,7 @@
 
 use super::fields::{
     check_status, server_status, COLUMNS, PROXY, PROXY_ID, STATS_PROXY, STATS_PROXY_ID,
-    TYPE_BACKEND, TYPE_FRONTEND,
+    TYPE_BACKEND, TYPE_FRONTEND, TYPE_SERVER,
 };
 use super::filter::Filter;
 use super::row::Row;
@@ -22,10 +22,43 @@ fn fill_responses(row: &mut Row, r: &crate::report::ByClass) {
     row.set("hrsp_other", 0);
 }
 
+/// A TCP proxy's row as HAProxy 1.4/1.5 wrote it (what the old cartridge's tools
+/// read): `mode` tcp; no HTTP responses (`hrsp_*` empty); requests 0 on the `FRONTEND`
+/// and empty elsewhere; no response time; no `check_code` or `last_chk` for a layer 4
+/// or 6 check. Sessions (`scur`, `stot`) are connections.
+fn tcp_shape(row: &mut Row, row_type: u32) {
+    row.set("mode", "tcp");
+    for c in [
+        "hrsp_1xx",
+        "hrsp_2xx",
+        "hrsp_3xx",
+        "hrsp_4xx",
+        "hrsp_5xx",
+        "hrsp_other",
+        "check_code",
+        "last_chk",
+        "rtime",
+    ] {
+        row.clear(c);
+    }
+    for c in ["req_rate", "req_rate_max", "req_tot"] {
+        if row_type == TYPE_FRONTEND {
+            row.set(c, 0);
+        } else {
+            row.clear(c);
+        }
+    }
+    if row_type != TYPE_FRONTEND {
+        row.set("rtime", 0);
+    }
+}
+
 /// One proxy's part of the report: the default service (`express`) or another.
 struct Section<'a> {
     pxname: &'a str,
     iid: u32,
+    /// A TCP proxy (see [`tcp_shape`]).
+    tcp: bool,
     backends: &'a [BackendReport],
     /// Its frontend's traffic (the balancer's, or the service's own listener's).
     frontend: &'a FrontendReport,
@@ -257,6 +290,7 @@ pub fn render_filtered(report: &StatusReport, filter: &Filter) -> String {
     let main = Section {
         pxname: PROXY,
         iid: PROXY_ID,
+        tcp: report.listen.mode == crate::config::Mode::Tcp,
         backends: &report.backends,
         frontend: &report.frontend,
         availability: report.availability.as_ref(),
@@ -268,6 +302,7 @@ pub fn render_filtered(report: &StatusReport, filter: &Filter) -> String {
         let px = Section {
             pxname: &svc.name,
             iid: PROXY_ID + 1 + k as u32,
+            tcp: svc.mode == crate::config::Mode::Tcp,
             backends: &svc.backends,
             frontend: svc.frontend.as_ref().unwrap_or(&none),
             availability: svc.availability.as_ref(),
@@ -281,15 +316,21 @@ pub fn render_filtered(report: &StatusReport, filter: &Filter) -> String {
 /// One proxy's rows: its `FRONTEND` (when it has a listener of its own), servers and
 /// `BACKEND`.
 fn section(px: &Section, frontend: bool, filter: &Filter, out: &mut String) {
+    let mut shape = |mut row: Row, row_type: u32| {
+        if px.tcp {
+            tcp_shape(&mut row, row_type);
+        }
+        row.write(out)
+    };
     if frontend && filter.shows(px.iid, TYPE_FRONTEND) {
-        frontend_row(px.pxname, px.iid, px.frontend).write(out);
+        shape(frontend_row(px.pxname, px.iid, px.frontend), TYPE_FRONTEND);
     }
     for (i, b) in px.backends.iter().enumerate() {
         if filter.shows_server(px.iid, i as u32 + 1, b.state) {
-            server_row(px, i, b).write(out);
+            shape(server_row(px, i, b), TYPE_SERVER);
         }
     }
     if filter.shows(px.iid, TYPE_BACKEND) {
-        backend_row(px).write(out);
+        shape(backend_row(px), TYPE_BACKEND);
     }
 }

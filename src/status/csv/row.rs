@@ -26,6 +26,11 @@ impl Row {
         }
     }
 
+    /// Empty a column again.
+    pub(super) fn clear(&mut self, column: &str) {
+        self.set(column, "");
+    }
+
     pub(super) fn set_opt(&mut self, column: &str, value: Option<impl Display>) {
         if let Some(v) = value {
             self.set(column, v);

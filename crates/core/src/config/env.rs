@@ -181,6 +181,16 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
             }),
         }
     }
+    // The node writes `.env/SSL_TO_GEAR` (`1`, no newline) when the web cartridge's
+    // endpoint has `ssl_to_gear`: TLS then goes through to the gears, which hold the
+    // certificates, as the old cartridge's `mode tcp` + `option ssl-hello-chk` did.
+    // Only in a gear, and only on exactly `1` (after trimming), as its template read it.
+    if env.var("OPENSHIFT_GEARLB_PORT").is_some()
+        && env.var("SSL_TO_GEAR").is_some_and(|v| v.trim() == "1")
+    {
+        cfg.listen.mode = super::tcp::Mode::Tcp;
+        cfg.tcp.check = super::tcp::TcpCheck::TlsHello;
+    }
     cfg.gear = GearIdentity {
         app_uuid: env.var("OPENSHIFT_APP_UUID"),
         app_name: env.var("OPENSHIFT_APP_NAME"),

@@ -8,6 +8,7 @@ use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
 use super::schema::{Carrier, HealthConfig, TlsConfig};
 use super::service::read_service;
+use super::tcp::{read_mode, read_send_proxy, read_tcp};
 use crate::gear::{is_backend_name, Addr};
 
 const SECTIONS: &[&str] = &[
@@ -31,6 +32,7 @@ const SECTIONS: &[&str] = &[
     "services",
     "discovery",
     "upstream",
+    "tcp",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -73,6 +75,12 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
             None
         }
     });
+    cfg.listen.mode = read_mode(&mut r, "mode", cfg.listen.mode);
+    r.finish();
+
+    let t = section("tcp", problems);
+    let mut r = Reader::new(&t, "tcp", problems);
+    read_tcp(&mut r, &mut cfg.tcp);
     r.finish();
 
     let t = section("tls", problems);
@@ -334,9 +342,14 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
                         );
                     }
                 }
+                let send_proxy = read_send_proxy(&mut r);
                 r.finish();
                 if let (Some(name), Some(addr)) = (name, addr) {
-                    cfg.backends.push(BackendConfig { name, addr });
+                    cfg.backends.push(BackendConfig {
+                        name,
+                        addr,
+                        send_proxy,
+                    });
                 }
             }
         }

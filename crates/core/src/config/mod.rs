@@ -19,6 +19,7 @@
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
+//! - `tcp`: TCP mode's keys (`listen.mode`, `[tcp]`, `send_proxy`);
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
@@ -33,6 +34,7 @@ mod reader;
 mod restart;
 mod schema;
 mod service;
+mod tcp;
 mod validate;
 
 #[cfg(test)]
@@ -53,3 +55,4 @@ pub use service::{
     default_route, is_service_name, parse_service_file, parse_share, service_file_format,
     FileFormat, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts, VersionsConfig,
 };
+pub use tcp::{Balance, Cidr, Mode, TcpCheck, TcpConfig, UnknownSni};

@@ -45,6 +45,8 @@ pub struct Config {
     pub discovery: DiscoveryConfig,
     /// Balancers above this one in a tree (`[upstream]`).
     pub upstream: UpstreamConfig,
+    /// `[tcp]`: the TCP listeners' settings.
+    pub tcp: TcpConfig,
 }
 
 impl Config {
@@ -65,6 +67,8 @@ impl Config {
 
 pub use super::discovery::{DiscoveryConfig, UpstreamConfig};
 pub use super::service::types::DEFAULT_SERVICE;
+use super::tcp::{Mode, TcpConfig};
+use crate::routing::SendProxy;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
@@ -80,6 +84,9 @@ pub struct ListenConfig {
     pub status: SocketAddr,
     /// Optional HTTPS listener for client traffic (certificates in `[tls]`). Default none.
     pub tls: Option<SocketAddr>,
+    /// What `proxy` speaks: `http`, or `tcp` (connections forwarded as bytes, TLS
+    /// routed by its server name; cartridge: `SSL_TO_GEAR=1`). Default `http`.
+    pub mode: Mode,
 }
 
 /// Certificates of the HTTPS listener (see `crate::tls`); files are read by `gearlb
@@ -127,6 +134,8 @@ pub struct StateConfig {
 pub struct BackendConfig {
     pub name: String,
     pub addr: Addr,
+    /// TCP mode: the PROXY protocol header it is sent (`send_proxy = "v1" | "v2"`).
+    pub send_proxy: Option<SendProxy>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -467,6 +476,7 @@ impl Default for Config {
                 proxy: SocketAddr::from(([127, 0, 0, 1], 8080)),
                 status: SocketAddr::from(([127, 0, 0, 1], 8081)),
                 tls: None,
+                mode: Mode::Http,
             },
             control: ControlConfig {
                 socket: PathBuf::from("run/control.sock"),
@@ -488,6 +498,7 @@ impl Default for Config {
                 ttl: Duration::from_secs(10),
                 ..UpstreamConfig::default()
             },
+            tcp: TcpConfig::default(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 client: Duration::from_secs(60),

@@ -23,6 +23,7 @@ pub use types::{
 
 use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
+use super::tcp::{read_mode, read_send_proxy, Mode};
 use crate::gear::{is_backend_name, Addr};
 use crate::routing::routes::HostPattern;
 use crate::routing::versions::{Prefer, Rule, Version};
@@ -51,6 +52,7 @@ pub(super) fn read_service(
             None
         }
     });
+    let mode = read_mode(&mut r, "mode", Mode::Http);
     let mut hosts = strings(&mut r, "hosts");
     for h in &hosts {
         if let Err(why) = HostPattern::parse(h) {
@@ -68,6 +70,12 @@ pub(super) fn read_service(
     }
     if paths.is_empty() {
         paths.push("/".into());
+    }
+    if mode == Mode::Tcp && paths.iter().any(|p| p != "/") {
+        r.problem(
+            "paths",
+            "a TCP service is routed by the TLS server name only: no paths",
+        );
     }
     let sticky_cookie = r.str_value("sticky_cookie");
     if let Some(c) = &sticky_cookie {
@@ -154,6 +162,7 @@ pub(super) fn read_service(
         hosts,
         paths,
         listen,
+        mode,
         sticky_cookie,
         queue_timeout,
         health,
@@ -316,6 +325,7 @@ fn read_backends(r: &mut Reader, at: &str) -> Vec<ServiceBackend> {
                 br.problem("compatible", e);
             }
         }
+        let send_proxy = read_send_proxy(&mut br);
         br.finish();
         if let (Some(name), Some(addr)) = (name, addr) {
             out.push(ServiceBackend {
@@ -325,6 +335,7 @@ fn read_backends(r: &mut Reader, at: &str) -> Vec<ServiceBackend> {
                 max_connections,
                 version,
                 compatible,
+                send_proxy,
             });
         }
     }

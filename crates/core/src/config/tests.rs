@@ -306,6 +306,7 @@ fn duplicate_backend_names() {
 #[test]
 fn fingerprint_tracks_the_list() {
     let a = vec![BackendConfig {
+        send_proxy: None,
         name: "a".into(),
         addr: "127.0.0.1:1".parse().unwrap(),
     }];

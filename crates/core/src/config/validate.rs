@@ -41,6 +41,19 @@ pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
             message: "needs certificates: tls.cert and tls.key, or tls.dir".into(),
         });
     }
+    for (i, s) in cfg.services.iter().enumerate() {
+        if s.listen.is_none() && s.mode != l.mode {
+            problems.push(Problem {
+                path: format!("services[{i}].mode"),
+                message: format!(
+                    "{:?} on listen.proxy, which is {:?}: a service without a listener of \
+                     its own has the mode of listen.proxy",
+                    s.mode.as_str(),
+                    l.mode.as_str()
+                ),
+            });
+        }
+    }
     let mut names = HashSet::new();
     for (i, b) in cfg.backends.iter().enumerate() {
         if !names.insert(b.name.as_str()) {

@@ -16,6 +16,8 @@ pub struct HealthSettings {
     pub rise: u32,
     /// The port checked when it is not the traffic port (a service's `health.port`).
     pub port: Option<u16>,
+    /// TCP backends' check (`[tcp] check`) instead of the HTTP one; `None`: HTTP.
+    pub tcp: Option<crate::config::TcpCheck>,
 }
 
 impl HealthSettings {
@@ -31,7 +33,20 @@ impl HealthSettings {
             fall: c.fall,
             rise: c.rise,
             port: None,
+            tcp: None,
         }
+    }
+
+    /// The settings of a configuration's own backends: `[health]`, or in TCP mode
+    /// (`listen.mode`) the `[tcp] check`.
+    pub fn of(c: &crate::config::Config) -> Self {
+        Self::from_config(&c.health).for_mode(c.listen.mode, c.tcp.check)
+    }
+
+    /// These settings for backends of a listener in `mode` (TCP: `check`).
+    pub fn for_mode(mut self, mode: crate::config::Mode, check: crate::config::TcpCheck) -> Self {
+        self.tcp = (mode == crate::config::Mode::Tcp).then_some(check);
+        self
     }
 
     /// These settings with a service's own check: path, expected status (a checked

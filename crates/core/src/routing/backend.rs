@@ -33,6 +33,18 @@ pub struct BackendSpec {
     /// Versions it is compatible with (the explicit rule).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compatible: Vec<String>,
+    /// In TCP mode, the PROXY protocol header sent before the client's bytes (and a v2
+    /// LOCAL one before a check's), as HAProxy's `send-proxy`/`send-proxy-v2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_proxy: Option<SendProxy>,
+}
+
+/// The PROXY protocol version a backend wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProxy {
+    V1,
+    V2,
 }
 
 impl BackendSpec {

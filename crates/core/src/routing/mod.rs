@@ -19,5 +19,5 @@ mod table;
 pub mod versions;
 
 pub use affinity::Affinity;
-pub use backend::{Admin, Backend, BackendId, BackendSpec, BackendState, CheckReport};
+pub use backend::{Admin, Backend, BackendId, BackendSpec, BackendState, CheckReport, SendProxy};
 pub use table::{Entry, RoutingTable};

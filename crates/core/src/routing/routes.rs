@@ -419,6 +419,12 @@ impl RouteTable {
         }
         self.any.longest(path)
     }
+
+    /// The service claiming every host (`*`) for `path`, if one does: where a TLS
+    /// connection without a known server name goes.
+    pub fn lookup_any(&self, path: &str) -> Option<usize> {
+        self.any.longest(path)
+    }
 }
 
 #[cfg(test)]

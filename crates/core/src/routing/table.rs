@@ -313,6 +313,39 @@ impl RoutingTable {
         let i = *self.by_sticky.get(value)?;
         self.entries[i].usable().then_some(i)
     }
+
+    /// The entry for a client `key` (its address), not one of `tried`: the usable
+    /// non-backup entry with the highest rendezvous score of (key, backend name), else
+    /// the best backup. Subsets are not looked at, so every balancer that sees the
+    /// same backends usable picks the same one (HAProxy's `balance source`, which also
+    /// moves only the clients of a backend that comes or goes).
+    pub fn select_by_key(&self, key: &[u8], tried: &[BackendId]) -> Option<usize> {
+        let best = |backup: bool| {
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.usable() && e.backend.spec.backup == backup)
+                .filter(|(_, e)| !tried.contains(&e.backend.id))
+                .max_by_key(|(_, e)| (key_score(key, e.backend.name()), e.backend.name()))
+                .map(|(i, _)| i)
+        };
+        best(false).or_else(|| best(true))
+    }
+}
+
+/// A stable score of (key, name): FNV-1a over both, then a 64-bit finaliser so that
+/// names differing in one byte score independently. The same on every balancer.
+fn key_score(key: &[u8], name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.iter().chain([0xffu8].iter()).chain(name.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// The entries as the version plan sees them: an instance counts while it is in

@@ -1,6 +1,6 @@
 //! The active check: `GET <uri>` on a connection kept between checks, its status
-//! matched against `expect` ([`HttpChecker`]), behind the [`Checker`] interface the
-//! check loops run.
+//! matched against `expect` ([`HttpChecker`]), or for TCP backends the TLS hello or
+//! connect check of `layer6`, behind the [`Checker`] interface the check loops run.
 
 use std::future::Future;
 
@@ -57,6 +57,10 @@ impl Checker for HttpChecker {
         backend: &Target,
         s: &HealthSettings,
     ) -> CheckReport {
+        if let Some(kind) = s.tcp {
+            *conn = None;
+            return super::layer6::check(kind, backend, s.port, s.timeout).await;
+        }
         let started = Instant::now();
         // A backend with a connection limit is checked within it: on a free slot, on
         // a connection not kept. With every slot taken it is serving at its limit, and

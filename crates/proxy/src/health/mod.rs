@@ -15,6 +15,7 @@
 //! the routing table.
 
 mod check;
+mod layer6;
 mod supervisor;
 
 #[cfg(test)]

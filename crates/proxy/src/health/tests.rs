@@ -87,6 +87,7 @@ fn settings(interval: Duration, fall: u32, rise: u32) -> Arc<ArcSwap<HealthSetti
         fall,
         rise,
         port: None,
+        tcp: None,
     }))
 }
 
@@ -147,6 +148,7 @@ async fn check_target(status: u16, per_conn: usize) -> (Arc<Target>, Arc<AtomicU
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: None,
         },
         1,
     );
@@ -215,6 +217,7 @@ async fn failed_checks_drop_the_connection() {
             max_connections: None,
             version: None,
             compatible: Vec::new(),
+            send_proxy: None,
         },
         1,
     );
@@ -236,6 +239,7 @@ async fn down_within_fall_intervals_up_within_rise_intervals() {
         max_connections: None,
         version: None,
         compatible: Vec::new(),
+        send_proxy: None,
     }]);
     let healthy = Arc::new(AtomicBool::new(true));
     let interval = Duration::from_secs(2);
@@ -296,6 +300,7 @@ async fn passive_ejection_and_recovery_by_checks() {
         max_connections: None,
         version: None,
         compatible: Vec::new(),
+        send_proxy: None,
     }]);
     let backend = router.load().target("web1").unwrap().clone();
     let (tx, rx) = mpsc::unbounded_channel();

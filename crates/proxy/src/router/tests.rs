@@ -18,6 +18,7 @@ fn spec(name: &str, port: u16) -> BackendSpec {
         max_connections: None,
         version: None,
         compatible: Vec::new(),
+        send_proxy: None,
     }
 }
 

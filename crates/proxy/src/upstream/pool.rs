@@ -103,6 +103,11 @@ impl Pool {
         &self.traffic
     }
 
+    /// The pool's byte counters, to count a connection made outside it (TCP mode).
+    pub fn traffic_handle(&self) -> Arc<Traffic> {
+        self.traffic.clone()
+    }
+
     pub fn max_idle(&self) -> usize {
         self.max_idle
     }

@@ -4,9 +4,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::config::tcp::Mode;
 use crate::gear::{is_backend_name, Addr};
 use crate::routing::routes::{HostPattern, RouteSpec};
 use crate::routing::versions::{Prefer, Rule};
+use crate::routing::SendProxy;
 
 /// One service as configured.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -18,6 +20,11 @@ pub struct ServiceConfig {
     pub paths: Vec<String>,
     /// A listener of its own: every request on it goes to this service.
     pub listen: Option<SocketAddr>,
+    /// What it speaks: `http`, or `tcp` (connections forwarded as bytes; its `hosts`
+    /// match a TLS hello's server name). A service without a listener of its own has
+    /// the mode of `listen.proxy`, where it is routed.
+    #[serde(default)]
+    pub mode: Mode,
     /// The sticky cookie's name for this service (default: `sticky.cookie`).
     pub sticky_cookie: Option<String>,
     /// How long a request waits for a backend slot (`max_connections`) before a 503;
@@ -76,6 +83,9 @@ pub struct ServiceBackend {
     pub version: Option<String>,
     #[serde(default)]
     pub compatible: Vec<String>,
+    /// TCP mode: the PROXY protocol header it is sent.
+    #[serde(default)]
+    pub send_proxy: Option<SendProxy>,
 }
 
 impl ServiceConfig {

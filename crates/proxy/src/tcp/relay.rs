@@ -1,0 +1,91 @@
+//! A TCP connection's relay once its backend is connected: the bytes already read (and
+//! a PROXY header) go first, then both ways with 64 KiB buffers, counted on the
+//! frontend and on the backend, until a side closes, no byte moves for the idle limit,
+//! the balancer stops, or the drain deadline cuts the backend's connections.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use crate::io::{ActivityIo, Clock, Counted};
+use crate::session::Session;
+use crate::shared::{InFlight, ProxyCtx};
+use crate::tunnel::watch;
+
+/// The copy buffers: four times fewer system calls per MiB than tokio's 8 KiB default
+/// (half the proxy's CPU per MiB moved, measured in `bench/RESULTS.md`).
+const BUF: usize = 64 * 1024;
+
+/// Counts the connection as an open tunnel on its backend and the frontend (the
+/// scaler's load) until dropped.
+struct Open<'a> {
+    flight: &'a InFlight,
+    ctx: &'a ProxyCtx,
+}
+
+impl<'a> Open<'a> {
+    fn new(flight: &'a InFlight, ctx: &'a ProxyCtx) -> Self {
+        flight.backend().tunnels.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.tunnels_current.fetch_add(1, Ordering::Relaxed);
+        Open { flight, ctx }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.flight
+            .backend()
+            .tunnels
+            .fetch_sub(1, Ordering::Relaxed);
+        self.ctx
+            .stats
+            .tunnels_current
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Relay `client` and `server` (after `early` went to the server) until the end; the
+/// session and the backend's in-flight count end with it, backend first.
+pub(super) async fn run(
+    ctx: &Arc<ProxyCtx>,
+    session: Session,
+    client: TcpStream,
+    server: TcpStream,
+    early: Vec<u8>,
+    flight: InFlight,
+    idle: Duration,
+) {
+    let backend = flight.backend().clone();
+    // Taken now: a rotate-in after the cut makes a new token for new connections.
+    let kill = backend.pool.kill_token();
+    {
+        let _open = Open::new(&flight, ctx);
+        let clock = Clock::new();
+        let last = Arc::new(AtomicU64::new(0));
+        let mut client = ActivityIo::new(
+            Counted::new(client, ctx.stats.traffic.clone()),
+            clock,
+            last.clone(),
+        );
+        let mut server = Counted::new(server, backend.pool.traffic_handle());
+        if !early.is_empty() {
+            if let Err(e) = server.write_all(&early).await {
+                debug!(backend = %backend.name(), error = %e, "backend closed before the relay");
+                backend
+                    .stats
+                    .response_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let copy = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, BUF, BUF);
+        let end = watch(copy, clock, &last, idle, &ctx.stopping, &kill).await;
+        debug!(backend = %backend.name(), ended = ?end, "TCP connection closed");
+    }
+    drop(flight);
+    drop(session);
+}
