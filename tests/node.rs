@@ -113,6 +113,9 @@ struct Gear {
     /// Balancer gears: the private proxy port.
     proxy: Option<SocketAddr>,
     system_env: PathBuf,
+    /// A web server that speaks TLS with its own certificate (`ssl_to_gear`), which
+    /// then is the gear's web server.
+    tls: Option<support::tls_gear::TlsGear>,
 }
 
 fn free_port(ip: &str) -> u16 {
@@ -260,7 +263,36 @@ impl Gear {
             web,
             proxy,
             system_env: node.system_env.path().to_path_buf(),
+            tls: None,
         }
+    }
+
+    /// The gear's web server speaks TLS (an `ssl_to_gear` endpoint); on a balancer
+    /// gear the node has written `.env/SSL_TO_GEAR` (`1`, no newline).
+    async fn speak_tls(&mut self) {
+        let gear = support::tls_gear::TlsGear::start(
+            &format!("tls-{}", self.name),
+            format!("{}:0", self.ip).parse().unwrap(),
+            &[&self.dns(), &format!("{APP}-{NS}.{DOMAIN}")],
+            false,
+        )
+        .await;
+        std::fs::write(
+            self.h().join(".env/OPENSHIFT_PHP_PORT"),
+            gear.addr.port().to_string(),
+        )
+        .unwrap();
+        if self.proxy.is_some() {
+            std::fs::write(self.h().join(".env/SSL_TO_GEAR"), "1").unwrap();
+        }
+        self.tls = Some(gear);
+    }
+
+    /// The port of the gear's web server.
+    fn web_port(&self) -> u16 {
+        self.tls
+            .as_ref()
+            .map_or(self.web.addr.port(), |t| t.addr.port())
     }
 
     fn h(&self) -> &Path {
@@ -410,12 +442,7 @@ impl Gear {
         if !web.is_empty() {
             let w: serde_json::Map<String, serde_json::Value> = web
                 .iter()
-                .map(|g| {
-                    (
-                        g.uuid.clone(),
-                        entry(g, g.web.addr.port().to_string().into()),
-                    )
-                })
+                .map(|g| (g.uuid.clone(), entry(g, g.web_port().to_string().into())))
                 .collect();
             reg.insert("web".into(), w.into());
         }
@@ -435,7 +462,7 @@ impl Gear {
         .unwrap();
         let args: Vec<String> = web
             .iter()
-            .map(|g| format!("{}|{}:{}", g.dns(), g.ip, g.web.addr.port()))
+            .map(|g| format!("{}|{}:{}", g.dns(), g.ip, g.web_port()))
             .collect();
         self.control("update-cluster", Some(&args.join(" ")))
     }
@@ -500,6 +527,28 @@ fn update_proxy_status(proxies: &[&Gear], action: &str, target: &str) -> Vec<Str
             })
             .collect()
     })
+}
+
+/// `show stat` on `$OPENSHIFT_HAPROXY_DIR/run/stats`, where haproxy_ctld.rb reads it
+/// (through socat, as people do): the `express` row of `server`, split on commas.
+fn show_stat(g: &Gear, server: &str) -> Vec<String> {
+    let dir = g.for_gear()["OPENSHIFT_HAPROXY_DIR"].clone();
+    let out = Command::new("socat")
+        .args(["stdio", &format!("unix-connect:{dir}run/stats")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"show stat\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[0] == "express" && f[1] == server)
+        .unwrap_or_else(|| panic!("no express,{server} in {text}"))
 }
 
 /// Requests through every balancer: which web server answered each.
@@ -704,27 +753,7 @@ async fn the_cartridge_as_origin_servers_node_drives_it() {
             sockets.push(ws);
         }
         // Where haproxy_ctld.rb looks: `$OPENSHIFT_HAPROXY_DIR/run/stats`.
-        let backend_scur = |g: &Gear| -> u64 {
-            let dir = g.for_gear()["OPENSHIFT_HAPROXY_DIR"].clone();
-            let out = Command::new("socat")
-                .args(["stdio", &format!("unix-connect:{dir}run/stats")])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .and_then(|mut c| {
-                    use std::io::Write;
-                    c.stdin.take().unwrap().write_all(b"show stat\n")?;
-                    c.wait_with_output()
-                })
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.lines()
-                .map(|l| l.split(',').collect::<Vec<_>>())
-                .find(|f| f.len() > 4 && f[0] == "express" && f[1] == "BACKEND")
-                .unwrap_or_else(|| panic!("no express,BACKEND in {text}"))[4]
-                .parse()
-                .unwrap()
-        };
+        let backend_scur = |g: &Gear| -> u64 { show_stat(g, "BACKEND")[4].parse().unwrap() };
         assert_eq!(backend_scur(&a), 3);
         assert_eq!(a.ctl_status()["frontend"]["connections_current"], 3);
         for ws in &mut sockets {
@@ -954,4 +983,165 @@ async fn arguments_the_node_never_sends_are_refused() {
     }
     assert!(a.ctl_status()["rotations"].as_array().unwrap().is_empty());
     a.control("stop", None);
+}
+
+/// `SSL_TO_GEAR=1`, as the node writes it when the web cartridge's endpoint has
+/// `ssl_to_gear`: the public port passes TLS through to the gears (which hold the
+/// certificates), checks them with a TLS hello, drains by connection, shows
+/// connections where the old autoscaler reads them, and still carries the gossip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_to_gear_passes_tls_through_to_the_gears() {
+    let cart = cartridge_dir();
+    let node = Node::new();
+    let mut a = Gear::new(&node, APP_UUID, APP, "127.0.0.36", Some(&cart)).await;
+    let b_uuid = "5a1e00000000000000000012";
+    let mut b = Gear::new(&node, b_uuid, b_uuid, "127.0.0.37", Some(&cart)).await;
+    let w_uuid = "5a1e00000000000000000013";
+    let mut w1 = Gear::new(&node, w_uuid, w_uuid, "127.0.0.46", None).await;
+    // A web gear still speaking plain HTTP on its port: the TLS hello marks it down.
+    let p_uuid = "5a1e00000000000000000014";
+    let plain = Gear::new(&node, p_uuid, p_uuid, "127.0.0.47", None).await;
+    for g in [&mut a, &mut b, &mut w1] {
+        g.speak_tls().await;
+    }
+    let balancers = [&a, &b];
+    for g in balancers {
+        g.cartridge_action("setup", "0.1");
+        let conf = g.cart().join("conf/gearlb.toml");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str("\n[cluster]\ngossip_interval = \"100ms\"\n[health]\ninterval = \"300ms\"\n");
+        std::fs::write(&conf, &text).unwrap();
+        assert!(g.control("start", None).contains("is started"));
+    }
+    let mut lines = Vec::new();
+    for g in balancers {
+        let out = g
+            .hook(
+                "publish-gearlb-peer",
+                &format!("{} {NS} {}", g.name, g.uuid),
+            )
+            .unwrap();
+        lines.push(format!("'{}'='{}'", g.uuid, out.trim()));
+    }
+    let input = shellescape(&lines.join(" "));
+    for g in balancers {
+        g.hook(
+            "set-gearlb-peers",
+            &format!("{} {NS} {} {input}", g.name, g.uuid),
+        )
+        .unwrap();
+    }
+    let web = [&a, &b, &w1, &plain];
+    for g in balancers {
+        g.update_cluster(&web, &balancers);
+    }
+    // Gossip shares the TLS port: the balancers find each other.
+    let live = eventually(Duration::from_secs(10), || {
+        balancers.iter().all(|g| {
+            g.ctl_status()["peers"]
+                .as_array()
+                .is_some_and(|p| p.len() == 1 && p[0]["state"] == "alive")
+        })
+    })
+    .await;
+    assert!(
+        live,
+        "no gossip over the TLS port: {}",
+        a.ctl_status()["peers"]
+    );
+    let plain_name = format!("gear-{}", plain.dns().split('.').next().unwrap());
+    let down = eventually(Duration::from_secs(10), || {
+        balancers
+            .iter()
+            .all(|g| g.backend_state(&plain_name).as_deref() == Some("down"))
+    })
+    .await;
+    assert!(down, "{}", a.ctl_status()["backends"]);
+    let row = show_stat(&a, &plain_name);
+    assert_eq!(
+        row[36], "L6RSP",
+        "check_status of a plain HTTP gear: {row:?}"
+    );
+
+    // A TLS client through either balancer completes a handshake with the gear's own
+    // certificate and gets its answer.
+    let roots: Vec<_> = [&a, &b, &w1]
+        .iter()
+        .map(|g| g.tls.as_ref().unwrap().cert.clone())
+        .collect();
+    let names: Vec<String> = [&a, &b, &w1]
+        .iter()
+        .map(|g| g.tls.as_ref().unwrap().name.clone())
+        .collect();
+    let app_dns = format!("{APP}-{NS}.{DOMAIN}");
+    let mut on_w1 = None;
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let g = balancers[i % 2];
+        let (tls, who) = support::tls_gear::through(g.proxy(), &app_dns, &roots)
+            .await
+            .map_err(|e| format!("through {}: {e}", g.name))
+            .unwrap();
+        assert!(names.contains(&who), "{who}");
+        if who == names[2] && i % 2 == 0 && on_w1.is_none() {
+            on_w1 = Some(tls);
+        } else {
+            // Held open: least connections spreads the next ones.
+            held.push(tls);
+        }
+    }
+    let tls = on_w1.expect("a connection through the head gear reached w1");
+    drop(held);
+    let settled = eventually(Duration::from_secs(5), || {
+        show_stat(&a, "BACKEND")[4] == "1"
+    })
+    .await;
+    assert!(settled, "{:?}", show_stat(&a, "BACKEND"));
+    // Where the old autoscaler looks: the connection is a session.
+    let row = show_stat(&a, "BACKEND");
+    assert_eq!(row[4], "1", "express,BACKEND scur: {row:?}");
+    assert_eq!(row[75], "tcp", "mode: {row:?}");
+
+    // rotate-out as the broker drives it: waits on the open TLS connection, then
+    // completes once it closes.
+    let w1_name = format!("gear-{}", w1.dns().split('.').next().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (pa, pb) = (a.proxy(), b.proxy());
+    let handle = tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            let call = s.spawn(|| {
+                let out = update_proxy_status(&balancers, "disable-server", w_uuid);
+                let _ = tx.send(());
+                out
+            });
+            // Meanwhile no new connection reaches w1, on either balancer.
+            tokio::runtime::Handle::current().block_on(async {
+                let mut drained = false;
+                let end = Instant::now() + Duration::from_secs(10);
+                while !drained && Instant::now() < end {
+                    drained = a.backend_state(&w1_name).as_deref() == Some("draining");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                assert!(drained, "w1 is draining");
+                for p in [pa, pb, pa, pb] {
+                    let (_c, who) = support::tls_gear::through(p, &app_dns, &roots)
+                        .await
+                        .unwrap();
+                    assert_ne!(who, names[2], "a draining gear takes no new connection");
+                }
+            });
+            assert!(
+                rx.recv_timeout(Duration::from_millis(500)).is_err(),
+                "disable-server returned while a connection was open"
+            );
+            drop(tls);
+            call.join().unwrap()
+        })
+    });
+    for out in &handle {
+        assert!(out.contains("\"status\":\"success\""), "{out}");
+    }
+    for g in balancers {
+        g.control("stop", None);
+    }
 }

@@ -27,6 +27,7 @@
 //! `max_connections` permit), and once connected one session on its backend (`scur`,
 //! `stot`, what `leastconn` and the drain see) and one tunnel (the scaler's load).
 
+mod copy;
 mod relay;
 
 use std::net::{IpAddr, SocketAddr};
@@ -64,9 +65,9 @@ pub(crate) async fn serve(
     let deadline = Instant::now() + settings.tcp.inspect_timeout;
     let mut buf = Vec::new();
     let mut client = peer;
-    let mut front = stream
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], local_port)));
+    // The front's address, from a trusted PROXY header; else asked of the socket, only
+    // when a backend wants a PROXY header.
+    let mut front = None;
     if settings
         .tcp
         .accept_proxy
@@ -74,7 +75,7 @@ pub(crate) async fn serve(
         .any(|c| c.contains(peer.ip()))
     {
         match read_proxy_header(&mut stream, &mut buf, deadline).await {
-            Ok(Some((src, dst))) => (client, front) = (src, dst),
+            Ok(Some((src, dst))) => (client, front) = (src, Some(dst)),
             Ok(None) => {}
             Err(why) => {
                 debug!(%peer, why, "PROXY header refused: connection closed");
@@ -130,6 +131,11 @@ pub(crate) async fn serve(
             SendProxy::V1 => Version::V1,
             SendProxy::V2 => Version::V2,
         };
+        let front = front.unwrap_or_else(|| {
+            stream
+                .local_addr()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], local_port)))
+        });
         let mut header = proxy_protocol::encode(version, client, front, sni.as_deref());
         header.extend_from_slice(&buf);
         buf = header;

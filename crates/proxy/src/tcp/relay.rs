@@ -1,5 +1,5 @@
 //! A TCP connection's relay once its backend is connected: the bytes already read (and
-//! a PROXY header) go first, then both ways with 64 KiB buffers, counted on the
+//! a PROXY header) go first, then both ways ([`super::copy`]), counted on the
 //! frontend and on the backend, until a side closes, no byte moves for the idle limit,
 //! the balancer stops, or the drain deadline cuts the backend's connections.
 
@@ -15,10 +15,6 @@ use crate::io::{ActivityIo, Clock, Counted};
 use crate::session::Session;
 use crate::shared::{InFlight, ProxyCtx};
 use crate::tunnel::watch;
-
-/// The copy buffers: four times fewer system calls per MiB than tokio's 8 KiB default
-/// (half the proxy's CPU per MiB moved, measured in `bench/RESULTS.md`).
-const BUF: usize = 64 * 1024;
 
 /// Counts the connection as an open tunnel on its backend and the frontend (the
 /// scaler's load) until dropped.
@@ -82,7 +78,7 @@ pub(super) async fn run(
                 return;
             }
         }
-        let copy = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, BUF, BUF);
+        let copy = super::copy::both_ways(&mut client, &mut server);
         let end = watch(copy, clock, &last, idle, &ctx.stopping, &kill).await;
         debug!(backend = %backend.name(), ended = ?end, "TCP connection closed");
     }
