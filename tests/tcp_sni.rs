@@ -142,7 +142,7 @@ async fn tls_services_on_one_port_are_chosen_by_server_name() {
     c.write_all(&hello).await.unwrap();
     c.shutdown().await.unwrap();
     let arrived = eventually(Duration::from_secs(10), || {
-        raw_b.seen.lock().unwrap().iter().any(|s| *s == hello)
+        raw_b.seen.lock().unwrap().contains(&hello)
     })
     .await;
     assert!(
