@@ -8,7 +8,7 @@ use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
 use super::schema::{Carrier, HealthConfig, TlsConfig};
 use super::service::read_service;
-use super::tcp::{read_mode, read_send_proxy, read_tcp};
+use super::tcp_keys::{read_mode, read_send_proxy, read_tcp};
 use crate::gear::{is_backend_name, Addr};
 
 const SECTIONS: &[&str] = &[

@@ -19,7 +19,8 @@
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
-//! - `tcp`: TCP mode's keys (`listen.mode`, `[tcp]`, `send_proxy`);
+//! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
+//!   `send_proxy`);
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
@@ -35,6 +36,7 @@ mod restart;
 mod schema;
 mod service;
 mod tcp;
+mod tcp_keys;
 mod validate;
 
 #[cfg(test)]

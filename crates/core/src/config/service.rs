@@ -23,7 +23,8 @@ pub use types::{
 
 use super::problem::{ConfigErrors, Problem};
 use super::reader::Reader;
-use super::tcp::{read_mode, read_send_proxy, Mode};
+use super::tcp::Mode;
+use super::tcp_keys::{read_mode, read_send_proxy};
 use crate::gear::{is_backend_name, Addr};
 use crate::routing::routes::HostPattern;
 use crate::routing::versions::{Prefer, Rule, Version};

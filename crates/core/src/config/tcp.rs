@@ -1,15 +1,12 @@
-//! TCP mode's keys: the mode of a listener ([`Mode`], `listen.mode` and a service's
-//! `mode`), the `[tcp]` section ([`TcpConfig`]: balancing, the ClientHello's wait, what
-//! an unknown server name gets, the active check, trusted PROXY fronts) and a backend's
-//! `send_proxy`; the schema and its reader, with the address ranges ([`Cidr`]).
+//! TCP mode's settings as data: the mode of a listener ([`Mode`], `listen.mode` and a
+//! service's `mode`), the `[tcp]` section ([`TcpConfig`]: balancing, the ClientHello's
+//! wait, what an unknown server name gets, the active check, trusted PROXY fronts),
+//! with the address ranges ([`Cidr`]). Read by `tcp_keys`.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use super::reader::Reader;
-use crate::routing::SendProxy;
 
 /// What a listener speaks: HTTP (requests routed by host and path) or TCP (connections
 /// forwarded as bytes, TLS routed by its server name).
@@ -150,92 +147,6 @@ impl std::str::FromStr for Cidr {
 impl std::fmt::Display for Cidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.net, self.prefix)
-    }
-}
-
-/// Read `listen.mode`.
-pub(super) fn read_mode(r: &mut Reader, key: &'static str, default: Mode) -> Mode {
-    match r.str_value(key).as_deref() {
-        None => default,
-        Some("http") => Mode::Http,
-        Some("tcp") => Mode::Tcp,
-        Some(other) => {
-            r.problem(key, format!("{other:?}: expected \"http\" or \"tcp\""));
-            default
-        }
-    }
-}
-
-/// Read a backend's `send_proxy` (`"v1"` or `"v2"`).
-pub(super) fn read_send_proxy(r: &mut Reader) -> Option<SendProxy> {
-    match r.str_value("send_proxy").as_deref() {
-        None => None,
-        Some("v1") => Some(SendProxy::V1),
-        Some("v2") => Some(SendProxy::V2),
-        Some(other) => {
-            r.problem(
-                "send_proxy",
-                format!("{other:?}: expected \"v1\" or \"v2\" (the PROXY protocol version)"),
-            );
-            None
-        }
-    }
-}
-
-/// Read `[tcp]`.
-pub(super) fn read_tcp(r: &mut Reader, tcp: &mut TcpConfig) {
-    let choice = |r: &mut Reader, key: &'static str, allowed: &[&'static str]| {
-        let v = r.str_value(key)?;
-        match allowed.iter().position(|a| *a == v) {
-            Some(i) => Some(i),
-            None => {
-                let list = allowed
-                    .iter()
-                    .map(|a| format!("{a:?}"))
-                    .collect::<Vec<_>>()
-                    .join(" or ");
-                r.problem(key, format!("{v:?}: expected {list}"));
-                None
-            }
-        }
-    };
-    if let Some(i) = choice(r, "balance", &["leastconn", "source"]) {
-        tcp.balance = [Balance::LeastConn, Balance::Source][i];
-    }
-    if let Some(i) = choice(r, "unknown_sni", &["default", "close"]) {
-        tcp.unknown_sni = [UnknownSni::Default, UnknownSni::Close][i];
-    }
-    if let Some(i) = choice(r, "check", &["tls-hello", "connect"]) {
-        tcp.check = [TcpCheck::TlsHello, TcpCheck::Connect][i];
-    }
-    tcp.inspect_timeout = r.duration("inspect_timeout", tcp.inspect_timeout);
-    if tcp.inspect_timeout.is_zero() {
-        r.problem("inspect_timeout", "must be more than 0s");
-        tcp.inspect_timeout = TcpConfig::default().inspect_timeout;
-    }
-    match r.get("accept_proxy") {
-        None => {}
-        Some(toml::Value::Array(items)) => {
-            let mut ranges = Vec::new();
-            for item in items {
-                match item.as_str().map(str::parse::<Cidr>) {
-                    Some(Ok(c)) => ranges.push(c),
-                    Some(Err(e)) => r.problem("accept_proxy", e),
-                    None => r.problem(
-                        "accept_proxy",
-                        format!("expected address strings, found {}", item.type_str()),
-                    ),
-                }
-            }
-            tcp.accept_proxy = ranges;
-        }
-        Some(other) => r.problem(
-            "accept_proxy",
-            format!(
-                "expected a list of addresses or ranges, found {}",
-                other.type_str()
-            ),
-        ),
     }
 }
 
