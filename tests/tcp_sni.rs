@@ -316,3 +316,82 @@ async fn affinity_by_client_address_is_the_same_on_every_balancer() {
     }
     assert!(seen.len() >= 2, "clients spread over the gears: {seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_service_on_its_own_listener_from_a_watched_file() {
+    // An HTTP balancer (the default service) beside a TCP service with a listener of its
+    // own, defined in a YAML file written the way consul-template writes (a temporary
+    // file renamed over the target).
+    let web = TestBackend::start("web").await;
+    let g1 = TlsGear::start("g1", "127.0.0.1:0".parse().unwrap(), &["db.example"], false).await;
+    // g2 requires a PROXY v2 header (and the file says send_proxy: v2).
+    let g2 = TlsGear::start("g2", "127.0.0.1:0".parse().unwrap(), &["db.example"], true).await;
+    let dir = workdir();
+    let sd = dir.path().join("services.d");
+    std::fs::create_dir(&sd).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let yaml = format!(
+        "name: db\nmode: tcp\nlisten: \"{listen}\"\nbackends:\n  - name: g1\n    addr: \"{}\"\n  - name: g2\n    addr: \"{}\"\n    send_proxy: v2\n",
+        g1.addr, g2.addr
+    );
+    let tmp = sd.join(".db.yaml.tmp");
+    std::fs::write(&tmp, &yaml).unwrap();
+    std::fs::rename(&tmp, sd.join("db.yaml")).unwrap();
+    let extra = format!(
+        "[health]\ninterval = \"200ms\"\nfall = 2\nrise = 1\n[discovery]\ndir = \"{}\"\n",
+        sd.display()
+    );
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web", web.addr)], &extra),
+    );
+    let served = eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(listen).is_ok()
+    })
+    .await;
+    assert!(served, "the service's own listener is up");
+    let roots = [g1.cert.clone(), g2.cert.clone()];
+    let mut seen = std::collections::BTreeSet::new();
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        let (c, who) = through(listen, "db.example", &roots).await.unwrap();
+        seen.insert(who);
+        open.push(c);
+    }
+    assert_eq!(seen.len(), 2, "both backends take connections: {seen:?}");
+    // The HTTP listener still serves the default service.
+    let got = get(lb.proxy, "/", &[]).await.unwrap();
+    assert_eq!(got.status, 200);
+    // Its CSV proxy is in the TCP shape, with its own FRONTEND.
+    let text = get(lb.status, "/;csv", &[]).await.unwrap().text();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("db,BACKEND,"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(",tcp,"), "{row}");
+    let express = text
+        .lines()
+        .find(|l| l.starts_with("express,BACKEND,"))
+        .unwrap();
+    assert!(express.contains(",http,"), "{express}");
+    // Rotation by service, by connection.
+    let socket = lb.dir.join("control.sock");
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        ctl(
+            &socket,
+            &["rotate-out", "--service", "db", "g1", "--timeout", "1s"],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    for _ in 0..4 {
+        let (_c, who) = through(listen, "db.example", &roots).await.unwrap();
+        assert_eq!(who, "g2", "g1 is out");
+    }
+}
