@@ -40,6 +40,11 @@ fn router() -> &'static Router {
                     addr: format!("127.0.0.1:{}", 9001 + i).parse().unwrap(),
                     gear_dns: Some(format!("{n}.example.com")),
                     cookie: None,
+                    backup: false,
+                    max_connections: None,
+                    version: None,
+                    compatible: Vec::new(),
+                    send_proxy: None,
                 })
                 .collect(),
         );

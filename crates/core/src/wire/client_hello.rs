@@ -9,18 +9,20 @@
 //! handshake records is reassembled, as clients with large key shares (post-quantum
 //! hybrids) or small record sizes send it. The verdict comes as soon as the hello's last
 //! byte is in (HAProxy and rustls wait for the end of the record holding it). Of the
-//! extensions only the framing and `server_name` are checked: a hello gearlb accepts, the
-//! backend may still refuse, but when both accept they read the same name. Everything the parser looks at lies within the
-//! first [`MAX_HELLO`] bytes of the buffer, so the verdict for a longer buffer is the one
-//! its [`MAX_HELLO`]-byte prefix gets, and a verdict once reached never changes as more
-//! bytes arrive: a prefix of a buffer is either [`Hello::Incomplete`] or has the same
-//! verdict as the whole buffer.
+//! extensions only the framing and `server_name` are checked: the backend may refuse a
+//! hello gearlb accepts, but when both accept they read the same name (up to the trailing
+//! dot removed here).
+//!
+//! Everything the parser looks at lies within the first [`MAX_HELLO`] bytes of the
+//! buffer, so a longer buffer gets the verdict of its first [`MAX_HELLO`] bytes, and a
+//! verdict once reached never changes as more bytes arrive: a prefix of a buffer is either
+//! [`Hello::Incomplete`] or has the same verdict as the whole buffer.
 
 /// Most bytes a ClientHello may take before the verdict (HAProxy's default buffer).
 ///
 /// The bytes counted are the buffer's, record headers included: a hello whose last byte
 /// lies beyond this offset is `NotHello("hello too large")`.
-pub const MAX_HELLO: usize = 16 * 1024;
+pub const MAX_HELLO: usize = 64 * 1024;
 
 /// Largest TLS record payload (2^14 bytes, RFC 8446 section 5.1).
 const MAX_RECORD: usize = 16 * 1024;
