@@ -18,7 +18,9 @@
 //! verdict once reached never changes as more bytes arrive: a prefix of a buffer is either
 //! [`Hello::Incomplete`] or has the same verdict as the whole buffer.
 
-/// Most bytes a ClientHello may take before the verdict (HAProxy's default buffer).
+/// Most bytes a ClientHello may take before the verdict: rustls's limit for a handshake
+/// message (HAProxy's default buffer is 16 KiB, so a larger hello, which padding or large
+/// key shares make, is routed here where HAProxy would fall back to its default).
 ///
 /// The bytes counted are the buffer's, record headers included: a hello whose last byte
 /// lies beyond this offset is `NotHello("hello too large")`.

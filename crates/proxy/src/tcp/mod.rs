@@ -214,15 +214,15 @@ async fn read_more(
     max: usize,
     deadline: Instant,
 ) -> bool {
+    use bytes::BufMut;
     let room = max.saturating_sub(buf.len()).clamp(1, 16 * 1024);
-    let mut chunk = vec![0u8; room];
-    match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
-        Ok(Ok(n)) if n > 0 => {
-            buf.extend_from_slice(&chunk[..n]);
-            true
-        }
-        _ => false,
-    }
+    buf.reserve(room);
+    // Into the spare capacity, never zeroed, at most `room`.
+    let mut limited = (&mut *buf).limit(room);
+    matches!(
+        tokio::time::timeout_at(deadline, stream.read_buf(&mut limited)).await,
+        Ok(Ok(n)) if n > 0
+    )
 }
 
 /// A trusted front's PROXY header: the client's and the front's addresses (`None`:
