@@ -338,3 +338,85 @@ fn one_duration_rule_for_file_and_environment() {
         assert_eq!(Err(file.0[0].message.clone()), parse_duration(bad));
     }
 }
+
+#[test]
+fn tcp_mode_keys_and_their_mistakes() {
+    let cfg = from_toml(
+        "[listen]\nmode = \"tcp\"\n[tcp]\nbalance = \"source\"\nunknown_sni = \"close\"\n\
+         check = \"connect\"\ninspect_timeout = \"2s\"\naccept_proxy = [\"10.0.0.0/8\", \"192.0.2.7\"]\n\
+         [[backends]]\nname = \"a\"\naddr = \"127.0.0.1:1\"\nsend_proxy = \"v2\"\n",
+        &env(&[]),
+    )
+    .unwrap();
+    assert_eq!(cfg.listen.mode, Mode::Tcp);
+    assert_eq!(cfg.tcp.balance, Balance::Source);
+    assert_eq!(cfg.tcp.unknown_sni, UnknownSni::Close);
+    assert_eq!(cfg.tcp.check, TcpCheck::Connect);
+    assert_eq!(cfg.tcp.inspect_timeout, Duration::from_secs(2));
+    assert!(cfg.tcp.accept_proxy[0].contains("10.9.8.7".parse().unwrap()));
+    assert_eq!(
+        cfg.backends[0].send_proxy,
+        Some(crate::routing::SendProxy::V2)
+    );
+
+    // Every mistake named, nothing else changed.
+    let err = from_toml(
+        "[listen]\nmode = \"udp\"\ntls = \"127.0.0.1:8443\"\n[tcp]\nbalance = \"roundrobin\"\n\
+         accept_proxy = [\"10.0.0.0/33\", 7]\ninspect_timeout = \"0s\"\n\
+         [[backends]]\nname = \"a\"\naddr = \"127.0.0.1:1\"\nsend_proxy = \"v3\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+    for want in [
+        "listen.mode",
+        "tcp.balance",
+        "tcp.accept_proxy",
+        "tcp.inspect_timeout",
+        "backends[0].send_proxy",
+    ] {
+        assert!(paths.contains(&want), "{want} not in {paths:?}");
+    }
+    // The HTTPS listener cannot sit in front of TLS backends.
+    let err = from_toml(
+        "[listen]\nmode = \"tcp\"\ntls = \"127.0.0.1:8443\"\n[tls]\ncert = \"c\"\nkey = \"k\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    assert!(err.0.iter().any(|p| p.path == "listen.tls"), "{err:?}");
+    // A service without its own listener in another mode than listen.proxy's.
+    let err = from_toml(
+        "[[services]]\nname = \"db\"\nmode = \"tcp\"\nhosts = [\"db.example\"]\n\
+         [[services.backends]]\nname = \"d\"\naddr = \"127.0.0.1:1\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    assert!(
+        err.0.iter().any(|p| p.path == "services[0].mode"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn ssl_to_gear_is_tcp_mode_only_in_a_gear_and_only_on_1() {
+    let gear = |v: &str| {
+        from_toml(
+            "",
+            &env(&[
+                ("OPENSHIFT_GEARLB_IP", "127.0.0.1"),
+                ("OPENSHIFT_GEARLB_PORT", "8080"),
+                ("SSL_TO_GEAR", v),
+            ]),
+        )
+        .unwrap()
+    };
+    assert_eq!(gear("1").listen.mode, Mode::Tcp);
+    assert_eq!(gear("1\n").listen.mode, Mode::Tcp, "trimmed");
+    assert_eq!(gear("1").tcp.check, TcpCheck::TlsHello);
+    for other in ["0", "", "true", "yes", "2"] {
+        assert_eq!(gear(other).listen.mode, Mode::Http, "{other:?}");
+    }
+    // Outside a gear it is not the platform's.
+    let cfg = from_toml("", &env(&[("SSL_TO_GEAR", "1")])).unwrap();
+    assert_eq!(cfg.listen.mode, Mode::Http);
+}

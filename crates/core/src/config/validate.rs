@@ -41,6 +41,15 @@ pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
             message: "needs certificates: tls.cert and tls.key, or tls.dir".into(),
         });
     }
+    if l.tls.is_some() && l.mode == super::tcp::Mode::Tcp {
+        problems.push(Problem {
+            path: "listen.tls".into(),
+            message: "the HTTPS listener ends TLS and speaks HTTP to the backends, which in \
+                      TCP mode (listen.mode = \"tcp\") expect the clients' own TLS: remove \
+                      listen.tls"
+                .into(),
+        });
+    }
     for (i, s) in cfg.services.iter().enumerate() {
         if s.listen.is_none() && s.mode != l.mode {
             problems.push(Problem {
