@@ -33,7 +33,7 @@ mkdir -p "$tmp/www" "$tmp/nginx"
 head -c 64 /dev/zero | tr '\0' x > "$tmp/www/small"
 head -c 1048576 /dev/urandom > "$tmp/www/big"
 chmod -R a+rX "$tmp/www"
-backend_port=$((20000 + RANDOM % 5000))
+backend_port=$((15000 + RANDOM % 4000))
 cat > "$tmp/nginx/nginx.conf" <<CONF
 worker_processes 1;
 daemon off;
@@ -92,7 +92,7 @@ for r in $(seq 1 "$ROUNDS"); do
   order=$TARGETS
   [ $((r % 2)) -eq 0 ] && order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
   for t in $order; do
-    port=$((30000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % 12000))  # below the ephemeral range (oha's client ports)
     pid=$(start "$t" "$port")
     pids+=("$pid")
     wait_port "$port" || { echo "$t did not start:" >&2; cat "$tmp/$t-$port/log" >&2; exit 1; }
