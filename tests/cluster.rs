@@ -340,6 +340,69 @@ async fn partitioned_balancers_see_each_other_dead_and_heal() {
     );
 }
 
+/// Whatever its `Upgrade` bytes, a request that names the gossip protocol or carries its
+/// proof header is answered by the balancer (400 or 403) and never reaches a gear, over
+/// HTTP/1.1 and h2c alike; an `Upgrade` with bytes outside the token grammar is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_with_the_gossip_header_reaches_a_gear_whatever_its_upgrade_bytes() {
+    let gear = TestBackend::start("g1").await;
+    let (_dirs, lbs) = cluster_of(2, &[&gear], "").await;
+    let proxy = lbs[0].proxy;
+    let before = gear.requests();
+    let proof = "gearlb-gossip-auth: v1 1 00\r\n";
+    let cases: Vec<Vec<u8>> = vec![
+        // A second protocol with a non-token byte after it.
+        b"Upgrade: gearlb-gossip/1, x\xff\r\nConnection: upgrade\r\n".to_vec(),
+        // A non-breaking space glued to the token.
+        b"Upgrade: gearlb-gossip/1\xa0\r\nConnection: upgrade\r\n".to_vec(),
+        // A space inside the token.
+        b"Upgrade: gearlb-gossip /1\r\nConnection: upgrade\r\n".to_vec(),
+        // Named, but not an upgrade (no Connection: upgrade).
+        b"Upgrade: gearlb-gossip/1\r\n".to_vec(),
+        // Another protocol, with the gossip proof attached.
+        b"Upgrade: websocket\r\nConnection: upgrade\r\n".to_vec(),
+        // No upgrade at all, the proof attached.
+        b"".to_vec(),
+    ];
+    for head in cases {
+        let mut req = b"GET /.gearlb/gossip HTTP/1.1\r\nHost: x\r\n".to_vec();
+        req.extend_from_slice(&head);
+        req.extend_from_slice(proof.as_bytes());
+        req.extend_from_slice(b"\r\n");
+        let answer = raw(proxy, &req, Duration::from_millis(500));
+        assert!(
+            answer.starts_with("HTTP/1.1 400") || answer.starts_with("HTTP/1.1 403"),
+            "{:?}: {answer}",
+            String::from_utf8_lossy(&head)
+        );
+    }
+    // A malformed Upgrade without anything of gossip is refused too (no reader may see
+    // other protocols in it than the balancer did).
+    let answer = raw(
+        proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\x01\r\nConnection: upgrade\r\n\r\n",
+        Duration::from_millis(500),
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // Over h2c (prior knowledge), the proof header is refused as well.
+    let tcp = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (mut h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{proxy}/"))
+        .header("gearlb-gossip-auth", "v1 1 00")
+        .body(())
+        .unwrap();
+    let (resp, _) = h2.send_request(req, true).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(gear.requests(), before, "nothing reached the gear");
+    // The application's own upgrades and requests still pass.
+    let got = get(proxy, "/", &[("host", "app-ns.example.com")])
+        .await
+        .unwrap();
+    assert_eq!(got.status, 200);
+}
+
 /// Gossip rides the proxy port: a request for the gossip protocol is answered by the
 /// balancer itself (403 without the handshake proof) and never reaches a web gear,
 /// while the application's own upgrades still do.

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::{header, Method, Request, Response};
+use http::{header, Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -97,10 +97,17 @@ async fn forward(
     wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
-    if forward::is_upgrade(req.headers()) {
-        if let Some(ep) = &ctx.endpoint {
-            if forward::upgrade_names(req.headers(), ep.protocol()) {
-                return Ok((endpoint_upgrade(ep, conn, req), None));
+    if req.headers().contains_key(header::UPGRADE) {
+        if let Some(why) = forward::upgrade_problem(req.headers()) {
+            return Err((ForwardError::Refused(StatusCode::BAD_REQUEST, why), None));
+        }
+    }
+    if let Some(ep) = &ctx.endpoint {
+        match forward::own_protocol(req.headers(), ep.protocol(), ep.credential_header()) {
+            forward::Own::Not => {}
+            forward::Own::Upgrade => return Ok((endpoint_upgrade(ep, conn, req), None)),
+            forward::Own::Refused(why) => {
+                return Err((ForwardError::Refused(StatusCode::BAD_REQUEST, why), None))
             }
         }
     }

@@ -10,6 +10,9 @@ pub trait UpgradeEndpoint: Send + Sync {
     fn protocol(&self) -> &'static str;
     /// Whether the request proves it may use the protocol (checked before the `101`).
     fn admit(&self, headers: &http::HeaderMap) -> bool;
+    /// The header carrying that proof: a request with it is never forwarded to a gear,
+    /// whatever else it says.
+    fn credential_header(&self) -> &http::HeaderName;
     /// Take the upgraded connection.
     fn accept(&self, io: hyper::upgrade::Upgraded, peer: std::net::SocketAddr);
 }

@@ -161,6 +161,11 @@ impl UpgradeEndpoint for GossipUpgrade {
         ok
     }
 
+    fn credential_header(&self) -> &http::HeaderName {
+        static NAME: http::HeaderName = http::HeaderName::from_static(AUTH_HEADER);
+        &NAME
+    }
+
     fn accept(&self, io: hyper::upgrade::Upgraded, peer: SocketAddr) {
         let stream: InboundStream = Box::new(TokioIo::new(io));
         if self.tx.try_send((stream, peer)).is_err() {

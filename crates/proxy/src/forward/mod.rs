@@ -38,7 +38,7 @@ pub use forwarded::ClientInfo;
 pub use framing::{request_problem, transfer_codings};
 pub use hop::{prepare_response, remove_hop_headers};
 pub use request::{join_cookies, prepare_request};
-pub use upgrade::{is_upgrade, switch_allowed, upgrade_names, upgrade_offer};
+pub use upgrade::{is_upgrade, own_protocol, switch_allowed, upgrade_offer, upgrade_problem, Own};
 
 #[cfg(test)]
 mod tests;

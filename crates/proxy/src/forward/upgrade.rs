@@ -7,6 +7,61 @@ use http::header::{self, HeaderMap, HeaderValue};
 use super::values::value;
 use crate::h1;
 
+/// A problem with a request's `Upgrade` header, which must be a list of protocols, each
+/// a token with an optional `/version` token (RFC 9110 §7.8): any other byte (a space
+/// inside a name, a control or a non-ASCII byte) is refused, so that no two readers of
+/// the header can see different protocols in it.
+pub fn upgrade_problem(headers: &HeaderMap) -> Option<&'static str> {
+    let bad = headers.get_all(header::UPGRADE).iter().any(|v| {
+        h1::tokens(v.as_bytes()).any(|t| {
+            let mut parts = t.splitn(2, |&b| b == b'/');
+            let name = parts.next().unwrap_or_default();
+            let version = parts.next();
+            !(name.iter().all(|&b| is_tchar(b))
+                && version.is_none_or(|v| !v.is_empty() && v.iter().all(|&b| is_tchar(b)))
+                && (!name.is_empty() || t.is_empty()))
+        })
+    });
+    bad.then_some("malformed Upgrade header")
+}
+
+/// RFC 9110 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// What a request is to the balancer's own upgrade protocol (`protocol`, proven by the
+/// `credential` header).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Own {
+    /// Nothing of it: the request may go to a gear.
+    Not,
+    /// An HTTP/1.1 upgrade to it: answered by the balancer.
+    Upgrade,
+    /// It names the protocol or carries its credential without being a proper upgrade
+    /// to it: never forwarded (400).
+    Refused(&'static str),
+}
+
+/// Whether a request is for the balancer's own protocol; the `Upgrade` header is
+/// already known to be well formed ([`upgrade_problem`]).
+pub fn own_protocol(headers: &HeaderMap, protocol: &str, credential: &header::HeaderName) -> Own {
+    let names = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .any(|v| h1::tokens(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(protocol.as_bytes())));
+    match (names, is_upgrade(headers)) {
+        (true, true) => Own::Upgrade,
+        (true, false) => {
+            Own::Refused("the balancers' own protocol, asked without Connection: upgrade")
+        }
+        (false, _) if headers.contains_key(credential) => {
+            Own::Refused("a header only the balancers' own protocol carries")
+        }
+        (false, _) => Own::Not,
+    }
+}
+
 /// True for an HTTP/1.1 protocol upgrade request (`Connection: upgrade` + `Upgrade`).
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
@@ -51,16 +106,6 @@ pub fn upgrade_offer(headers: &HeaderMap) -> Option<HeaderValue> {
     }
 }
 
-/// True when the request's `Upgrade` header lists `protocol` (case-insensitive).
-pub fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
-    headers.get_all(header::UPGRADE).iter().any(|v| {
-        v.to_str().is_ok_and(|s| {
-            s.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(protocol))
-        })
-    })
-}
-
 /// Whether a `101 Switching Protocols` may go to the client: the request asked for an
 /// upgrade (`asked`: its `Upgrade` value as sent to the backend), and every protocol the
 /// response's `Upgrade` names is one the client listed (RFC 9110 §7.8: "A server MUST NOT
@@ -90,4 +135,85 @@ pub fn switch_allowed(
         return Err("101 Switching Protocols without Upgrade");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    const AUTH: header::HeaderName = header::HeaderName::from_static("gearlb-gossip-auth");
+
+    #[test]
+    fn upgrade_values_outside_the_token_grammar_are_refused() {
+        for ok in [
+            &b"websocket"[..],
+            b"gearlb-gossip/1",
+            b"h2c, websocket",
+            b"WebSocket ,  foo/2",
+            b"",
+        ] {
+            assert_eq!(
+                upgrade_problem(&headers(&[("upgrade", ok)])),
+                None,
+                "{ok:?}"
+            );
+        }
+        for bad in [
+            &b"gearlb-gossip/1, x\xff"[..],
+            b"gearlb-gossip/1\xa0",
+            b"gearlb-gossip /1",
+            b"web\tsocket",
+            b"foo/",
+            b"/1",
+            b"a/b/c",
+        ] {
+            assert!(
+                upgrade_problem(&headers(&[("upgrade", bad)])).is_some(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_own_protocol_is_taken_or_refused_never_passed_on() {
+        let own = |h: &HeaderMap| own_protocol(h, "gearlb-gossip/1", &AUTH);
+        let up = ("connection", &b"upgrade"[..]);
+        assert_eq!(
+            own(&headers(&[("upgrade", b"gearlb-gossip/1"), up])),
+            Own::Upgrade
+        );
+        assert_eq!(
+            own(&headers(&[("upgrade", b"websocket, GEARLB-GOSSIP/1"), up])),
+            Own::Upgrade
+        );
+        assert!(matches!(
+            own(&headers(&[("upgrade", b"gearlb-gossip/1")])),
+            Own::Refused(_)
+        ));
+        assert!(matches!(
+            own(&headers(&[
+                ("upgrade", b"websocket"),
+                up,
+                ("gearlb-gossip-auth", b"x")
+            ])),
+            Own::Refused(_)
+        ));
+        assert!(matches!(
+            own(&headers(&[("gearlb-gossip-auth", b"x")])),
+            Own::Refused(_)
+        ));
+        assert_eq!(own(&headers(&[("upgrade", b"websocket"), up])), Own::Not);
+        assert_eq!(own(&headers(&[])), Own::Not);
+    }
 }
