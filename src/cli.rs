@@ -151,6 +151,17 @@ pub fn main(release: Option<memory::Release>) -> i32 {
     }
 }
 
+/// Whether two of this process's descriptors are the same file (the same terminal, log
+/// file or pipe).
+fn same_file(a: i32, b: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let meta = |fd: i32| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok();
+    match (meta(a), meta(b)) {
+        (Some(x), Some(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GEARLB_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -252,7 +263,11 @@ fn run(
             Ok(s) => s,
             Err(e) => {
                 error!("{e:#}");
-                eprintln!("gearlb: {e:#}");
+                // Once: the log line is on stdout, which is often stderr's file too (a
+                // terminal, the gear's log).
+                if !same_file(1, 2) {
+                    eprintln!("gearlb: {e:#}");
+                }
                 return 1;
             }
         };

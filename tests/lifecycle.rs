@@ -400,3 +400,37 @@ async fn sigterm_closes_open_websockets_and_finishes_requests() {
         lb.log_text()
     );
 }
+
+/// A start-up error is said once where stdout and stderr are the same file (a terminal,
+/// the gear's log), and on both when they differ.
+#[test]
+fn a_startup_error_is_printed_once() {
+    let dir = workdir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = format!(
+        "[listen]\nproxy = \"{}\"\nstatus = \"127.0.0.1:0\"\n[control]\nsocket = \"{}\"\n[state]\ndir = \"{}\"\n",
+        taken.local_addr().unwrap(),
+        dir.path().join("c.sock").display(),
+        dir.path().join("data").display()
+    );
+    let path = dir.path().join("gearlb.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = dir.path().join("both.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let status = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("cannot listen").count(), 1, "{text}");
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));
+}

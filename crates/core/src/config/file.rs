@@ -315,6 +315,9 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     match table.get("backends") {
         None => {}
         Some(toml::Value::Array(items)) => {
+            // Names as written, whether or not the rest of their entry is good: a
+            // duplicate is reported with the other problems, not after they are fixed.
+            let mut names = std::collections::HashSet::new();
             for (i, item) in items.iter().enumerate() {
                 let path = format!("backends[{i}]");
                 let Some(t) = item.as_table() else {
@@ -335,6 +338,9 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
                     }
                 });
                 if let Some(n) = &name {
+                    if !names.insert(n.clone()) {
+                        r.problem("name", format!("duplicate backend name {n:?}"));
+                    }
                     if !is_backend_name(n) {
                         r.problem(
                             "name",

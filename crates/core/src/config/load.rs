@@ -24,7 +24,15 @@ pub fn load(file: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigErrors> 
             }
         },
     };
-    let mut cfg = from_toml(text.as_deref().unwrap_or(""), env)?;
+    // Problems of the file name it (those of the environment say `env NAME`).
+    let mut cfg = from_toml(text.as_deref().unwrap_or(""), env).map_err(|mut e| {
+        if let Some(f) = file {
+            for p in e.0.iter_mut().filter(|p| !p.path.starts_with("env ")) {
+                p.path = format!("{}: {}", f.display(), p.path);
+            }
+        }
+        e
+    })?;
     cfg.file = file.map(Path::to_path_buf);
     Ok(cfg)
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::duration::parse_duration;
+use super::duration::{parse_duration, DURATION_RULE};
 use super::problem::{ConfigErrors, Problem};
 use super::schema::ForwardedHeaders;
 
@@ -105,9 +105,26 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A duration by the rule of every source ([`parse_duration`]).
+    /// A duration by the rule of every source ([`parse_duration`]): a string, or an
+    /// integer of whole seconds (`server = 30`, as the README allows).
     pub(super) fn duration(&mut self, key: &'static str, default: Duration) -> Duration {
-        match self.str_value(key).map(|s| parse_duration(&s)) {
+        let text = match self.table.get(key) {
+            Some(toml::Value::Integer(i)) => {
+                self.known.push(key);
+                Some(i.to_string())
+            }
+            Some(toml::Value::String(_)) | None => self.str_value(key),
+            Some(other) => {
+                let t = other.type_str();
+                self.known.push(key);
+                self.problem(
+                    key,
+                    format!("expected a duration, found {t}: {DURATION_RULE}"),
+                );
+                None
+            }
+        };
+        match text.map(|s| parse_duration(&s)) {
             None => default,
             Some(Ok(d)) => d,
             Some(Err(message)) => {
@@ -205,14 +222,17 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The file's text as a TOML table; a syntax error is one problem naming its line.
+/// The file's text as a TOML table; a syntax error is one problem naming its line and
+/// column.
 pub(super) fn parse(text: &str) -> Result<toml::Table, ConfigErrors> {
     text.parse().map_err(|e: toml::de::Error| {
         let message = e.message().to_string();
         let path = match e.span() {
             Some(span) => {
-                let line = text[..span.start.min(text.len())].lines().count().max(1);
-                format!("line {line}")
+                let before = text.get(..span.start).unwrap_or(text);
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+                format!("line {line}, column {column}")
             }
             None => "file".to_string(),
         };

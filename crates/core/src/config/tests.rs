@@ -59,7 +59,7 @@ fn every_problem_is_listed_with_its_path() {
         proxy = "nowhere"
         [timeouts]
         connect = "ten seconds"
-        client = 5
+        client = [5]
         colour = "blue"
         [limits]
         max_header_size = 100
@@ -252,7 +252,7 @@ fn dns_ttl_is_a_positive_duration() {
     );
     let c = from_toml("[proxy]\ndns_ttl = \"1m\"\n", &env(&[])).unwrap();
     assert_eq!(c.proxy.dns_ttl, Duration::from_secs(60));
-    for bad in ["\"0s\"", "\"soon\"", "10"] {
+    for bad in ["\"0s\"", "\"soon\"", "-10", "true"] {
         let err = from_toml(&format!("[proxy]\ndns_ttl = {bad}\n"), &env(&[])).unwrap_err();
         assert_eq!(err.0[0].path, "proxy.dns_ttl", "{bad}");
     }
@@ -301,6 +301,17 @@ fn duplicate_backend_names() {
     )
     .unwrap_err();
     assert_eq!(err.0[0].path, "backends[1].name");
+    // Reported with the other problems, even when the first entry has one of its own.
+    let err = from_toml(
+        "[timeouts]\nconnect = \"soon\"\n[[backends]]\nname=\"a\"\naddr=\"nowhere\"\n\
+         [[backends]]\nname=\"a\"\naddr=\"127.0.0.1:2\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|p| p.path.as_str()).collect();
+    for want in ["timeouts.connect", "backends[0].addr", "backends[1].name"] {
+        assert!(paths.contains(&want), "{want} not in {paths:?}");
+    }
 }
 
 #[test]
@@ -419,4 +430,54 @@ fn ssl_to_gear_is_tcp_mode_only_in_a_gear_and_only_on_1() {
     // Outside a gear it is not the platform's.
     let cfg = from_toml("", &env(&[("SSL_TO_GEAR", "1")])).unwrap();
     assert_eq!(cfg.listen.mode, Mode::Http);
+}
+
+#[test]
+fn durations_may_be_whole_seconds_as_integers_and_mistakes_say_what_to_write() {
+    let cfg = from_toml("[timeouts]\nserver = 30\n", &env(&[])).unwrap();
+    assert_eq!(cfg.timeouts.server, Duration::from_secs(30));
+    let err = from_toml(
+        "[timeouts]\nserver = -1\nclient = true\nconnect = \"5x\"\n",
+        &env(&[]),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("timeouts.server") && text.contains("negative"),
+        "{text}"
+    );
+    assert!(
+        text.contains("timeouts.client") && text.contains("expected a duration"),
+        "{text}"
+    );
+    assert!(
+        text.contains("timeouts.connect") && text.contains("units: ms, s, m, h, d"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("months") && !text.contains("expected number at"),
+        "{text}"
+    );
+}
+
+#[test]
+fn problems_name_the_file_and_a_syntax_error_its_column() {
+    let dir = std::env::temp_dir().join(format!("gearlb-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gearlb.toml");
+    std::fs::write(&file, "[timeouts]\nconnect = \"soon\"\n").unwrap();
+    let err = load(Some(&file), &env(&[("OPENSHIFT_GEARLB_PORT", "x")])).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{}: timeouts.connect", file.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("  env OPENSHIFT_GEARLB_"),
+        "env problems keep their name: {text}"
+    );
+    std::fs::write(&file, "[timeouts]\nconnect = \n").unwrap();
+    let err = load(Some(&file), &env(&[])).unwrap_err();
+    assert!(err.0[0].path.ends_with("line 2, column 11"), "{:?}", err.0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -63,15 +63,6 @@ pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
             });
         }
     }
-    let mut names = HashSet::new();
-    for (i, b) in cfg.backends.iter().enumerate() {
-        if !names.insert(b.name.as_str()) {
-            problems.push(Problem {
-                path: format!("backends[{i}].name"),
-                message: format!("duplicate backend name {:?}", b.name),
-            });
-        }
-    }
     let h = &cfg.health;
     if !h.uri.starts_with('/') || h.uri.parse::<http::Uri>().is_err() {
         problems.push(Problem {
