@@ -48,8 +48,11 @@ pub enum Command {
     },
     /// Local showcase: 3 web gears, 2 gossiping balancers, a broker that really scales.
     Demo,
-    /// Validate the configuration; exit 64 listing every problem.
+    /// Validate the configuration (the file, the gear's environment, certificates, the
+    /// state directory) as `run` would; exit 64 listing every problem, and say what is
+    /// allowed but likely a mistake.
     Check {
+        /// Configuration file (default: $GEARLB_CONFIG, else built-in defaults + environment).
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
@@ -207,6 +210,9 @@ fn check(flag: Option<&Path>) -> i32 {
             return EXIT_CONFIG;
         }
     }
+    for w in cfg.warnings() {
+        eprintln!("gearlb: warning: {w}");
+    }
     let tls = cfg
         .listen
         .tls
@@ -233,6 +239,9 @@ fn run(
         Err(code) => return code,
     };
     cfg.log.requests_forced = log_requests;
+    for w in cfg.warnings() {
+        warn!(key = %w.path, "{}", w.message);
+    }
     if let Err(e) = raise_nofile_limit() {
         warn!(error = %e, "could not raise the open-files limit");
     }

@@ -341,7 +341,7 @@ pub async fn run(stop: CancellationToken) -> anyhow::Result<()> {
          \n  balancer lb1: http://{p1}/   status page http://{st1}/gearlb-status\n  \
          balancer lb2: http://{p2}/   status page http://{st2}/gearlb-status\n\
          \nThings to try (in another terminal):\n  \
-         curl -s http://{p1}/                          # which gear answered, and the sticky GEAR cookie\n  \
+         curl -si http://{p1}/                         # which gear answered, and its Set-Cookie: GEAR=...\n  \
          curl -s -c /tmp/gear.txt -b /tmp/gear.txt http://{p1}/    # repeat: same gear every time\n  \
          seq 300 | xargs -P 12 -I{{}} curl -s -o /dev/null \"http://{p1}/slow?ms=500\"   # load: watch a scale-up\n  \
          {exe} ctl --socket {s1} status            # the balancer's view\n  \

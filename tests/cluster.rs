@@ -434,6 +434,17 @@ async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
             .unwrap()
             >= 2
     );
+    // The text says so too, and names the scaler.
+    let (code, text, err) = lbs[0].ctl(&["peers"]);
+    assert_eq!(code, 0, "{err}");
+    let refused: u64 = text
+        .split("handshakes refused ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(refused >= 2, "{text}");
+    assert!(text.lines().any(|l| l.starts_with("scaler: lb")), "{text}");
     // The same path without the gossip protocol is the application's.
     let got = get(proxy, "/.gearlb/gossip", &[("host", "app-ns.example.com")])
         .await

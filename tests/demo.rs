@@ -57,6 +57,22 @@ async fn demo_serves_scales_and_stops_cleanly() {
     }
     assert!(served, "the demo did not serve within 10 s");
 
+    // The first suggestion, run as printed, shows the sticky cookie.
+    let hint = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.trim_start().starts_with("curl ") && l.contains("GEAR"))
+        .cloned()
+        .expect("a curl hint about the GEAR cookie");
+    let command = hint.split('#').next().unwrap().trim().to_string();
+    let shown = Command::new("sh").arg("-c").arg(&command).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.to_ascii_lowercase().contains("set-cookie: gear="),
+        "{command}: {shown}"
+    );
+
     // The suggested load: 12 concurrent half-second requests, bounded.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();

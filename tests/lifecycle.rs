@@ -434,3 +434,51 @@ fn a_startup_error_is_printed_once() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));
 }
+
+/// Peers listed with gossip off: `check` accepts the file but says why it will not
+/// gossip.
+#[test]
+fn check_warns_of_peers_without_gossip() {
+    let dir = workdir();
+    let path = dir.path().join("gearlb.toml");
+    let text = config_text(dir.path(), &[], "[cluster]\npeers = [\"10.0.0.2:7946\"]\n");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(bin())
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: cluster.peers") && err.contains("gossip is off"),
+        "{err}"
+    );
+}
+
+/// `check --help` says where the configuration comes from.
+#[test]
+fn check_help_describes_the_configuration_source() {
+    let out = Command::new(bin())
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--config") && text.contains("$GEARLB_CONFIG"),
+        "{text}"
+    );
+}
+
+/// A standalone balancer (no broker) does not claim to scale anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balancer_without_a_broker_does_not_say_it_scales() {
+    let dir = workdir();
+    let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[], ""));
+    let said = eventually(Duration::from_secs(10), || {
+        lb.log_text().contains("no broker is configured")
+    })
+    .await;
+    assert!(said, "{}", lb.log_text());
+    assert!(!lb.log_text().contains("this balancer is now the scaler"));
+}

@@ -338,8 +338,17 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                     serde_json::to_string_pretty(&reply.data).unwrap_or_default()
                 );
             } else {
+                let scaler = reply.data["scaler"]["scaler"].as_str().map(str::to_string);
                 match serde_json::from_value::<crate::cluster::ClusterView>(reply.data) {
-                    Ok(v) => print!("{}", v.to_text()),
+                    Ok(v) => {
+                        print!("{}", v.to_text());
+                        if v.enabled {
+                            match scaler.filter(|s| !s.is_empty()) {
+                                Some(s) => println!("scaler: {s}"),
+                                None => println!("scaler: none elected"),
+                            }
+                        }
+                    }
                     Err(e) => {
                         eprintln!("gearlb: unexpected cluster view: {e}");
                         return 1;

@@ -169,7 +169,8 @@ impl ClusterView {
             return "gossip off: this balancer works alone\n".into();
         }
         let mut out = format!(
-            "self {} ({}), {} live of {} known; gossip frames sent {} received {} rejected {}\n",
+            "self {} ({}), {} live of {} known; gossip frames sent {} received {} rejected {}; \
+             handshakes refused {}\n",
             self.self_id,
             self.advertise,
             self.live.len(),
@@ -180,6 +181,7 @@ impl ClusterView {
                 + self.gossip.rejected_other_cluster
                 + self.gossip.rejected_malformed
                 + self.gossip.rejected_oversized,
+            self.gossip.rejected_handshake,
         );
         for p in self.peers.iter() {
             let load = p

@@ -89,7 +89,7 @@ pub const QUIET_TICK: Duration = Duration::from_millis(200);
 /// The scaler of this balancer.
 pub struct Scaler {
     pub settings: arc_swap::ArcSwap<ScalerSettings>,
-    broker: Option<Broker>,
+    pub(super) broker: Option<Broker>,
     /// scale-up, scale-down decisions; broker done, at limit, failed.
     counts: [std::sync::atomic::AtomicU64; 5],
     pub(super) report: Mutex<ScalerReport>,

@@ -88,7 +88,11 @@ impl Scaler {
         acts: bool,
         why: Option<StepDown>,
     ) {
-        if acts {
+        if acts && self.broker.is_none() {
+            // Elected, but nothing to scale: no broker is configured (a standalone
+            // balancer). Said once, as what it is.
+            info!("this balancer holds the scaler role, but no broker is configured: it asks for no gears");
+        } else if acts {
             info!("this balancer is now the scaler");
         } else {
             self.acting_until_ms.store(0, Ordering::Relaxed);
