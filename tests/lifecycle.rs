@@ -482,3 +482,27 @@ async fn a_balancer_without_a_broker_does_not_say_it_scales() {
     assert!(said, "{}", lb.log_text());
     assert!(!lb.log_text().contains("this balancer is now the scaler"));
 }
+
+/// A misspelt `--timeout` says what to write: no escaped quotes, no units the 7-day
+/// bound refuses anyway.
+#[test]
+fn a_bad_ctl_timeout_says_what_to_write() {
+    let out = Command::new(bin())
+        .args([
+            "ctl",
+            "--socket",
+            "/nonexistent/control.sock",
+            "rotate-out",
+            "web1",
+        ])
+        .args(["--timeout", "5x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"5x\"") && err.contains("units: ms, s, m, h, d"),
+        "{err}"
+    );
+    assert!(!err.contains("\\\"") && !err.contains("months"), "{err}");
+}
