@@ -403,6 +403,45 @@ async fn no_request_with_the_gossip_header_reaches_a_gear_whatever_its_upgrade_b
     assert_eq!(got.status, 200);
 }
 
+/// Peers' gossip on the proxy port is not client traffic: the FRONTEND counts none of
+/// its connections, upgrade requests, `101`s or frames; the cluster counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_is_kept_out_of_the_client_counters() {
+    let gear = TestBackend::start("g1").await;
+    let (_dirs, lbs) = cluster_of(2, &[&gear], "").await;
+    // Gossip flows (100 ms rounds) for a while on the upgraded connections.
+    let upgraded = eventually(Duration::from_secs(10), || {
+        lbs.iter().all(|lb| {
+            lb.peers()["gossip"]["upgrades_accepted"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 1
+                && lb.peers()["gossip"]["frames_received"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    >= 20
+        })
+    })
+    .await;
+    assert!(upgraded, "{}", lbs[0].peers()["gossip"]);
+    let f = lbs[0].status_json()["frontend"].clone();
+    assert_eq!(f["requests_total"], 0, "{f}");
+    assert_eq!(f["connections_total"], 0, "{f}");
+    assert_eq!(f["responses"]["1xx"], 0, "{f}");
+    // Only the upgrade request's own head may have been counted, never the frames.
+    let bytes = f["bytes_received"].as_u64().unwrap() + f["bytes_sent"].as_u64().unwrap();
+    assert!(bytes < 2_000, "{f}");
+    for _ in 0..3 {
+        assert_eq!(get(lbs[0].proxy, "/", &[]).await.unwrap().status, 200);
+    }
+    let f = lbs[0].status_json()["frontend"].clone();
+    assert_eq!(f["requests_total"], 3, "{f}");
+    assert_eq!(f["responses"]["2xx"], 3, "{f}");
+    assert_eq!(f["connections_total"], 3, "{f}");
+    let (_, text, _) = lbs[0].ctl(&["peers"]);
+    assert!(text.contains("connections upgraded "), "{text}");
+}
+
 /// Gossip rides the proxy port: a request for the gossip protocol is answered by the
 /// balancer itself (403 without the handshake proof) and never reaches a web gear,
 /// while the application's own upgrades still do.
@@ -440,8 +479,8 @@ async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
     let refused: u64 = text
         .split("handshakes refused ")
         .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
+        .and_then(|t| t.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{text}"));
     assert!(refused >= 2, "{text}");
     assert!(text.lines().any(|l| l.starts_with("scaler: lb")), "{text}");

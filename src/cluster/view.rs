@@ -170,7 +170,7 @@ impl ClusterView {
         }
         let mut out = format!(
             "self {} ({}), {} live of {} known; gossip frames sent {} received {} rejected {}; \
-             handshakes refused {}\n",
+             handshakes refused {}; connections upgraded {}\n",
             self.self_id,
             self.advertise,
             self.live.len(),
@@ -182,6 +182,7 @@ impl ClusterView {
                 + self.gossip.rejected_malformed
                 + self.gossip.rejected_oversized,
             self.gossip.rejected_handshake,
+            self.gossip.upgrades_accepted,
         );
         for p in self.peers.iter() {
             let load = p

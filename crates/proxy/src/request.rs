@@ -61,7 +61,12 @@ pub(super) async fn handle(
     // The response body says what it waits on once it is polled.
     wait.idle();
     let status = resp.status().as_u16();
-    ctx.stats.response(status);
+    if status == 101 && conn.own.load(Ordering::Relaxed) {
+        // A peer's gossip upgrade: neither a client request nor a client response.
+        ctx.stats.requests_total.fetch_sub(1, Ordering::Relaxed);
+    } else {
+        ctx.stats.response(status);
+    }
     if let Some(LogLine {
         started,
         method,

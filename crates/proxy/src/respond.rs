@@ -156,6 +156,8 @@ pub(super) fn endpoint_upgrade(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return resp;
     }
+    // From here on the connection is the balancer's own: not client traffic.
+    conn.own.store(true, std::sync::atomic::Ordering::Relaxed);
     let on = hyper::upgrade::on(&mut req);
     let protocol = ep.protocol();
     let ep = ep.clone();

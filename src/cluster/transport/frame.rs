@@ -52,6 +52,9 @@ pub struct GossipStats {
     pub send_failures: AtomicU64,
     /// Gossip upgrade requests refused (bad or missing handshake proof).
     pub rejected_handshake: AtomicU64,
+    /// Peers' gossip connections upgraded on the proxy port (not client traffic: the
+    /// FRONTEND counts none of their requests, responses or bytes).
+    pub upgrades_accepted: AtomicU64,
 }
 
 /// A snapshot of [`GossipStats`].
@@ -66,6 +69,8 @@ pub struct GossipCounters {
     pub send_failures: u64,
     #[serde(default)]
     pub rejected_handshake: u64,
+    #[serde(default)]
+    pub upgrades_accepted: u64,
 }
 
 impl GossipStats {
@@ -80,6 +85,7 @@ impl GossipStats {
             rejected_oversized: r(&self.rejected_oversized),
             send_failures: r(&self.send_failures),
             rejected_handshake: r(&self.rejected_handshake),
+            upgrades_accepted: r(&self.upgrades_accepted),
         }
     }
 }

@@ -167,6 +167,7 @@ impl UpgradeEndpoint for GossipUpgrade {
     }
 
     fn accept(&self, io: hyper::upgrade::Upgraded, peer: SocketAddr) {
+        self.stats.upgrades_accepted.fetch_add(1, Ordering::Relaxed);
         let stream: InboundStream = Box::new(TokioIo::new(io));
         if self.tx.try_send((stream, peer)).is_err() {
             debug!(peer = %peer, "gossip upgrade queue full: connection dropped");

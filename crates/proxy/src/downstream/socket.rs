@@ -68,12 +68,14 @@ impl<S> ClientIo<S> {
         if n > 0 {
             self.state.unflushed.store(true, Ordering::Relaxed);
             self.touch();
-            self.state
-                .ctx
-                .stats
-                .traffic
-                .sent
-                .fetch_add(n as u64, Ordering::Relaxed);
+            if !self.state.own.load(Ordering::Relaxed) {
+                self.state
+                    .ctx
+                    .stats
+                    .traffic
+                    .sent
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
         }
     }
 
@@ -145,12 +147,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
             this.turn.read();
             push_tail(&mut this.tail, got);
             this.touch();
-            this.state
-                .ctx
-                .stats
-                .traffic
-                .received
-                .fetch_add(n as u64, Ordering::Relaxed);
+            if !this.state.own.load(Ordering::Relaxed) {
+                this.state
+                    .ctx
+                    .stats
+                    .traffic
+                    .received
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
         }
         r
     }

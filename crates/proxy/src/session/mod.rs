@@ -72,6 +72,9 @@ pub(crate) struct ConnState {
     /// unless handed to the balancer's own protocol ([`ConnState::end_session`]). Locked
     /// only there: dropping it with the state takes no lock.
     session: std::sync::Mutex<Option<Session>>,
+    /// Upgraded to the balancer's own protocol (gossip): its request, its `101` and its
+    /// bytes are not client traffic, and are not counted as such.
+    pub(crate) own: AtomicBool,
     pub client: ClientInfo,
     /// Where this connection's previous request went (connection affinity).
     pub affinity: Affinity,
@@ -114,6 +117,11 @@ impl ConnState {
     /// The connection leaves the proxy's sessions: it was upgraded to the balancer's own
     /// protocol (gossip), which keeps its own limits and stops on its own.
     pub fn end_session(&self) {
+        // Not a client's connection after all.
+        self.ctx
+            .stats
+            .connections_total
+            .fetch_sub(1, Ordering::Relaxed);
         let taken = self
             .session
             .lock()
@@ -135,6 +143,7 @@ impl ConnState {
             handoff: arc_swap::ArcSwapOption::empty(),
             ctx,
             session: std::sync::Mutex::new(Some(session)),
+            own: AtomicBool::new(false),
             client,
             affinity: Affinity::default(),
             last_io: AtomicU64::new(now),
