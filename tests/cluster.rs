@@ -442,6 +442,43 @@ async fn gossip_is_kept_out_of_the_client_counters() {
     assert!(text.contains("connections upgraded "), "{text}");
 }
 
+/// With every client place taken (`limits.max_connections`), a peer's gossip upgrade
+/// still gets in, in the room kept for it; a client request there gets a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_has_room_apart_from_max_connections() {
+    let gear = TestBackend::start("g1").await;
+    let (_dirs, lbs) = cluster_of(2, &[&gear], "[limits]\nmax_connections = 2\n").await;
+    let proxy = lbs[0].proxy;
+    // Two idle clients take both places.
+    let held: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(proxy).unwrap())
+        .collect();
+    let full = eventually(Duration::from_secs(5), || {
+        lbs[0].status_json()["frontend"]["connections_current"] == 2
+    })
+    .await;
+    assert!(full, "{}", lbs[0].status_json()["frontend"]);
+    // A gossip upgrade is still answered by the balancer (403: no valid proof here)...
+    let answer = raw(
+        proxy,
+        b"GET /.gearlb/gossip HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: gearlb-gossip/1\r\n\r\n",
+        Duration::from_millis(500),
+    );
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    // ...while a client's request in that room is refused, and reaches no gear.
+    let before = gear.requests();
+    let answer = raw(
+        proxy,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_millis(500),
+    );
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert_eq!(gear.requests(), before);
+    drop(held);
+    // The balancers stayed live to each other.
+    assert_eq!(lbs[0].live(), vec!["lb1".to_string(), "lb2".to_string()]);
+}
+
 /// Gossip rides the proxy port: a request for the gossip protocol is answered by the
 /// balancer itself (403 without the handshake proof) and never reaches a web gear,
 /// while the application's own upgrades still do.

@@ -79,16 +79,29 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            ctx.stats
-                .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
-            drop(stream);
-            continue;
+        // Every client place taken: a connection may still be a peer's gossip, in the
+        // room kept for it (it is closed if it turns out to be anything else).
+        let (permit, reserved) = match permits.clone().try_acquire_owned() {
+            Ok(p) => (p, false),
+            Err(_) => match ctx
+                .endpoint
+                .as_ref()
+                .and(ctx.reserve.clone().try_acquire_owned().ok())
+            {
+                Some(p) => (p, true),
+                None => {
+                    ctx.stats
+                        .connections_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+            },
         };
         // Counted, permitted and tracked until the connection closes, its tunnel
         // included (the connection task returns when hyper hands an upgrade over).
-        let session = Session::open(ctx.stats.clone(), permit, tracker.token());
+        let mut session = Session::open(ctx.stats.clone(), permit, tracker.token());
+        session.reserved = reserved;
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         match &tls {

@@ -116,7 +116,17 @@ async fn forward(
             }
         }
     }
-    // A TCP port (TLS to the gears) parses HTTP only for the balancer's own protocol.
+    // A connection in the room kept for the balancer's own protocol, or on a TCP port
+    // (TLS to the gears), is HTTP only for that protocol.
+    if conn.reserved {
+        return Err((
+            ForwardError::Refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "every client connection place is taken (limits.max_connections)",
+            ),
+            None,
+        ));
+    }
     if settings.mode == gearlb_core::config::Mode::Tcp {
         return Err((
             ForwardError::Refused(

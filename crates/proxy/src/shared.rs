@@ -22,6 +22,11 @@ use crate::services::Services;
 pub use crate::settings::Settings;
 use crate::stats::FrontendStats;
 
+/// Connections kept apart from `limits.max_connections` for the balancer's own protocol
+/// on the port (a peer's gossip upgrade): clients that fill every place cannot keep the
+/// balancers from reaching each other.
+pub const RESERVED_FOR_OWN_PROTOCOL: usize = 64;
+
 /// Everything a connection needs, shared by all of them.
 pub struct ProxyCtx {
     pub router: Arc<Router>,
@@ -39,6 +44,9 @@ pub struct ProxyCtx {
     pub(super) sweeping: std::sync::atomic::AtomicBool,
     /// `limits.max_connections`, shared by the HTTP and HTTPS listeners.
     pub(super) permits: std::sync::OnceLock<Arc<Semaphore>>,
+    /// Room kept apart from `max_connections` for the balancer's own protocol (peers'
+    /// gossip), used only once every client place is taken.
+    pub(super) reserve: Arc<Semaphore>,
     /// The balancer's own upgrade protocol on this port (gossip), if any.
     pub(super) endpoint: Option<Arc<dyn UpgradeEndpoint>>,
 }
@@ -61,6 +69,7 @@ impl ProxyCtx {
             stopping,
             sweeping: std::sync::atomic::AtomicBool::new(false),
             permits: std::sync::OnceLock::new(),
+            reserve: Arc::new(Semaphore::new(RESERVED_FOR_OWN_PROTOCOL)),
             endpoint: None,
         }
     }

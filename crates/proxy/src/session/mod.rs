@@ -32,6 +32,9 @@ use crate::wait::Wait;
 /// requests and, after an upgrade, the tunnel: the session ends when the last of them
 /// lets go, not when hyper hands an upgraded socket over and the connection task returns.
 pub(crate) struct Session {
+    /// Taken from the room kept for the balancer's own protocol once every client
+    /// place was taken: it may only become that protocol.
+    pub(crate) reserved: bool,
     stats: Arc<FrontendStats>,
     _permit: OwnedSemaphorePermit,
     _tracked: TaskTrackerToken,
@@ -46,6 +49,7 @@ impl Session {
     ) -> Self {
         stats.connection_opened();
         Session {
+            reserved: false,
             stats,
             _permit: permit,
             _tracked: tracked,
@@ -75,6 +79,8 @@ pub(crate) struct ConnState {
     /// Upgraded to the balancer's own protocol (gossip): its request, its `101` and its
     /// bytes are not client traffic, and are not counted as such.
     pub(crate) own: AtomicBool,
+    /// Its session took the room kept for the balancer's own protocol ([`Session`]).
+    pub(crate) reserved: bool,
     pub client: ClientInfo,
     /// Where this connection's previous request went (connection affinity).
     pub affinity: Affinity,
@@ -142,6 +148,7 @@ impl ConnState {
             wait: Arc::new(Wait::new(ctx.clock, t.client, t.server)),
             handoff: arc_swap::ArcSwapOption::empty(),
             ctx,
+            reserved: session.reserved,
             session: std::sync::Mutex::new(Some(session)),
             own: AtomicBool::new(false),
             client,

@@ -85,6 +85,8 @@ pub(crate) async fn serve(
     }
     if ctx.endpoint.is_some() && buf.is_empty() {
         match first_byte(&stream, deadline).await {
+            // Past max_connections, only a peer's gossip is let in.
+            Some(b) if client_hello::starts_tls(b) && session.reserved => return,
             Some(b) if client_hello::starts_tls(b) => {}
             Some(_) => {
                 return serve_connection(&ctx, session, stream, peer, local_port, shutdown).await
