@@ -586,3 +586,44 @@ async fn an_ip_address_as_sni_logs_nothing() {
         "{added:#?}"
     );
 }
+
+/// A reload builds ALPN from the new configuration: turning HTTP/2 off (`proxy.h2c =
+/// false`) stops offering `h2` to new TLS connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_takes_alpn_from_the_new_configuration() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    );
+    let g = Gearlb::start(dir.path(), &cfg);
+    let addr = tls_addr(&g);
+    let alpn = || async {
+        let mut store = rustls::RootCertStore::empty();
+        store.add(pair.2.clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let s = connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        s.get_ref().1.alpn_protocol().map(|p| p.to_vec())
+    };
+    assert_eq!(alpn().await.as_deref(), Some(&b"h2"[..]));
+    let off = cfg.replace("[proxy]\n", "[proxy]\nh2c = false\n");
+    std::fs::write(&g.config, off).unwrap();
+    let (code, out, err) = g.ctl(&["reload"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(alpn().await.as_deref(), Some(&b"http/1.1"[..]));
+}
