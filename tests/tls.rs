@@ -627,3 +627,64 @@ async fn a_reload_takes_alpn_from_the_new_configuration() {
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(alpn().await.as_deref(), Some(&b"http/1.1"[..]));
 }
+
+/// Balancers of one application (one `cluster.secret` and `cluster.id`) open each
+/// other's session tickets: behind a router that spreads connections, a session
+/// resumes on whichever balancer it reaches. Another application's balancer does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumes_on_every_balancer_of_the_application() {
+    let b = TestBackend::start("web1").await;
+    let pair = self_signed(&["localhost"]);
+    let start = |app: &'static str| {
+        let dir = workdir();
+        write_pair(dir.path(), "site", &pair);
+        let cfg = tls_config(
+            dir.path(),
+            b.addr,
+            "cert = \"site.pem\"\nkey = \"site.key\"",
+        )
+        .replace(
+            "[tls]\n",
+            &format!("[cluster]\nid = \"{app}\"\nsecret = \"app-secret-0123456789\"\n[tls]\n"),
+        );
+        let g = Gearlb::start(dir.path(), &cfg);
+        (dir, g)
+    };
+    let (_d1, one) = start("app1");
+    let (_d2, two) = start("app1");
+    let (_d3, other) = start("app2");
+    let roots = std::slice::from_ref(&pair.2);
+    let resumed = |s: &TlsStream<TcpStream>| {
+        s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+    };
+    for versions in [
+        &[&rustls::version::TLS13][..],
+        &[&rustls::version::TLS12][..],
+    ] {
+        let client = Client::new(roots, None, versions);
+        let s = client.connect(tls_addr(&one), "localhost").await;
+        assert!(!resumed(&s));
+        let mut sender = http(s).await;
+        assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+        drop(sender);
+        let s = client.connect(tls_addr(&two), "localhost").await;
+        assert!(
+            resumed(&s),
+            "{versions:?}: not resumed on the second balancer"
+        );
+        let mut sender = http(s).await;
+        assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+        drop(sender);
+        // Another application's balancer cannot open them: a full handshake.
+        let client = Client::new(roots, None, versions);
+        let s = client.connect(tls_addr(&one), "localhost").await;
+        let mut sender = http(s).await;
+        assert_eq!(get_on(&mut sender, "/", &[]).await.status, 200);
+        drop(sender);
+        let s = client.connect(tls_addr(&other), "localhost").await;
+        assert!(
+            !resumed(&s),
+            "{versions:?}: resumed on another application's balancer"
+        );
+    }
+}

@@ -152,8 +152,12 @@ impl Listeners {
         let (tls, tls_acceptor) = match cfg.listen.tls {
             None => (None, None),
             Some(addr) => {
-                let resumption =
-                    Resumption::new().context("TLS session tickets cannot be set up")?;
+                // With the application's secret, a session resumes on any of its
+                // balancers; without one, on this one only.
+                let resumption = match &cfg.cluster.secret {
+                    Some(secret) => Resumption::shared(&cfg.cluster.id, secret.as_bytes()),
+                    None => Resumption::new().context("TLS session tickets cannot be set up")?,
+                };
                 let certs = crate::tls::load_with(&cfg.tls, cfg.proxy.h2c, &resumption).map_err(
                     |problems| {
                         let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();

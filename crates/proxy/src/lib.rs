@@ -67,6 +67,7 @@ mod settings;
 mod shared;
 pub mod stats;
 mod tcp;
+pub mod tickets;
 pub mod tls;
 pub mod tunnel;
 pub mod turn;

@@ -52,11 +52,21 @@ impl std::fmt::Debug for Resumption {
 }
 
 impl Resumption {
+    /// Tickets only this process opens (no application secret to share).
     pub fn new() -> Result<Resumption, rustls::Error> {
         Ok(Resumption {
             cache: rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE),
             ticketer: rustls::crypto::ring::Ticketer::new()?,
         })
+    }
+
+    /// Tickets every balancer of `application` opens: keys from its `secret` on a
+    /// schedule they all keep ([`crate::tickets`]).
+    pub fn shared(application: &str, secret: &[u8]) -> Resumption {
+        Resumption {
+            cache: rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE),
+            ticketer: std::sync::Arc::new(crate::tickets::SharedTicketer::new(application, secret)),
+        }
     }
 }
 
