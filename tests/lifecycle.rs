@@ -21,7 +21,7 @@ colour = "blue"
 proxy = "not an address"
 [timeouts]
 connect = "soon"
-server = 10
+server = true
 [limits]
 max_connections = -1
 [[backends]]

@@ -6,7 +6,7 @@ mod support;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
@@ -687,4 +687,104 @@ async fn a_session_resumes_on_every_balancer_of_the_application() {
             "{versions:?}: resumed on another application's balancer"
         );
     }
+}
+
+/// A DER OCSPResponse (structure only: the balancer does not check signatures) whose
+/// single response has `next` as its `nextUpdate`.
+fn ocsp_response(next: &str) -> Vec<u8> {
+    fn der(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+        let body: Vec<u8> = parts.concat();
+        let mut out = vec![tag, 0x82];
+        out.extend((body.len() as u16).to_be_bytes());
+        out.extend(body);
+        out
+    }
+    let time = |t: &str| der(0x18, &[t.as_bytes()]);
+    let alg = der(0x30, &[&[0x05, 0x00]]);
+    let single = der(
+        0x30,
+        &[
+            &der(
+                0x30,
+                &[
+                    &alg,
+                    &der(0x04, &[&[1; 20]]),
+                    &der(0x04, &[&[2; 20]]),
+                    &[2, 1, 7],
+                ],
+            ),
+            &[0x80, 0x00],
+            &time("20261101000000Z"),
+            &der(0xa0, &[&time(next)]),
+        ],
+    );
+    let data = der(
+        0x30,
+        &[
+            &der(0xa2, &[&der(0x04, &[&[3; 20]])]),
+            &time("20261101000000Z"),
+            &der(0x30, &[&single]),
+        ],
+    );
+    let basic = der(0x30, &[&data, &alg, &[3, 2, 0, 1]]);
+    let oid: &[u8] = &[6, 9, 0x2b, 6, 1, 5, 5, 7, 48, 1, 1];
+    der(
+        0x30,
+        &[
+            &[0x0a, 1, 0],
+            &der(0xa0, &[&der(0x30, &[oid, &der(0x04, &[&basic])])]),
+        ],
+    )
+}
+
+/// A response past its `nextUpdate` is not stapled; a new `.ocsp` file is picked up
+/// without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_ocsp_response_is_not_stapled_and_a_new_file_is_picked_up() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let ocsp = dir.path().join("site.pem.ocsp");
+    std::fs::write(&ocsp, ocsp_response("20200101000000Z")).unwrap();
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    );
+    let g = Gearlb::start_with(dir.path(), &cfg, &[], &[("GEARLB_OCSP_CHECK_MS", "200")]);
+    let addr = tls_addr(&g);
+    let roots = std::slice::from_ref(&pair.2);
+    let stapled = || async {
+        let client = Client::new(roots, None, &[&rustls::version::TLS13]);
+        let _s = client.connect(addr, "localhost").await;
+        let got = client.ocsp.lock().unwrap().clone();
+        got
+    };
+    assert!(
+        stapled().await.is_empty(),
+        "an expired response was stapled"
+    );
+    let fresh = ocsp_response("20991231000000Z");
+    std::fs::write(&ocsp, &fresh).unwrap();
+    let mut picked = false;
+    let end = Instant::now() + Duration::from_secs(10);
+    while !picked && Instant::now() < end {
+        picked = stapled().await == fresh;
+        if !picked {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(picked, "the new OCSP file was not stapled");
+    // And when it expires (written as expired again), stapling stops.
+    std::fs::write(&ocsp, ocsp_response("20200101000000Z")).unwrap();
+    let mut stopped = false;
+    let end = Instant::now() + Duration::from_secs(10);
+    while !stopped && Instant::now() < end {
+        stopped = stapled().await.is_empty();
+        if !stopped {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(stopped, "an expired response is still stapled");
 }

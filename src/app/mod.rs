@@ -10,7 +10,8 @@
 //! - `rotate`: the rotate command's driver (its completion rule is
 //!   [`crate::rotation::complete`], pure);
 //! - `report`: the status report and the cluster view;
-//! - `persist`: the state file's saves and the state directory's lock.
+//! - `persist`: the state file's saves and the state directory's lock;
+//! - `staples`: the HTTPS listener's OCSP files followed.
 //!
 //! Control-plane operations are serialised by one async mutex; the request path never
 //! sees it.
@@ -20,6 +21,7 @@ mod parts;
 mod persist;
 mod report;
 mod rotate;
+mod staples;
 mod start;
 mod wiring;
 

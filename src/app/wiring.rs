@@ -258,6 +258,16 @@ impl Server {
             stop.clone(),
             tracker.clone(),
         ));
+        // Follows the OCSP files while the HTTPS listener serves (returns at once
+        // without one); `GEARLB_OCSP_CHECK_MS` shortens the minute for tests.
+        let every = std::env::var("GEARLB_OCSP_CHECK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(
+                std::time::Duration::from_secs(60),
+                std::time::Duration::from_millis,
+            );
+        tokio::spawn(app.clone().follow_staples(every, stop.clone()));
         let tls_task = match (self.tls_listener, app.tls.clone()) {
             (Some(l), Some(tls)) => Some(tokio::spawn(proxy::serve_tls(
                 l,

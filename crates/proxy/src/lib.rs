@@ -58,6 +58,7 @@ pub mod h1;
 pub mod health;
 pub mod io;
 mod listener;
+pub mod ocsp;
 mod request;
 mod respond;
 pub mod router;

@@ -120,8 +120,16 @@ fn read_ocsp(cert: &Path, what: &str, problems: &mut Vec<Problem>) -> Option<Vec
         return None;
     }
     match std::fs::read(&path) {
-        // A DER OCSPResponse is a SEQUENCE.
-        Ok(der) if der.first() == Some(&0x30) => Some(der),
+        // A DER OCSPResponse is a SEQUENCE; one past its nextUpdate is not stapled (a
+        // client that checks would refuse the certificate), and is picked up again
+        // when the file changes ([`staples`]).
+        Ok(der) if der.first() == Some(&0x30) => match crate::ocsp::next_update(&der) {
+            Ok(Some(next)) if next <= gearlb_core::time::unix_secs() => {
+                tracing::warn!(file = %path.display(), "OCSP response past its nextUpdate: not stapled");
+                None
+            }
+            _ => Some(der),
+        },
         Ok(_) => {
             problems.push(bad(format!("{}: not a DER OCSP response", path.display())));
             None
@@ -207,6 +215,40 @@ fn load_pair(
             None
         }
     }
+}
+
+/// What decides the stapled OCSP responses of `cfg`'s certificates: each `.ocsp` file's
+/// size and modification time, and whether its response is past `nextUpdate` now. When
+/// it changes, the certificates are loaded again (the application checks it every
+/// minute).
+pub fn staples(cfg: &TlsConfig) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>, bool)> {
+    let mut certs: Vec<PathBuf> = cfg.cert.iter().cloned().collect();
+    if let Some(dir) = &cfg.dir {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            certs.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "pem")),
+            );
+        }
+    }
+    certs.sort();
+    let now = gearlb_core::time::unix_secs();
+    certs
+        .into_iter()
+        .filter_map(|cert| {
+            let mut path = cert.into_os_string();
+            path.push(".ocsp");
+            let path = PathBuf::from(path);
+            let meta = std::fs::metadata(&path).ok()?;
+            let expired = std::fs::read(&path)
+                .ok()
+                .and_then(|der| crate::ocsp::next_update(&der).ok().flatten())
+                .is_some_and(|next| next <= now);
+            Some((path, meta.len(), meta.modified().ok(), expired))
+        })
+        .collect()
 }
 
 /// The DNS names (and `*.domain` wildcards) a certificate's subject alternative names
