@@ -479,6 +479,77 @@ async fn gossip_has_room_apart_from_max_connections() {
     assert_eq!(lbs[0].live(), vec!["lb1".to_string(), "lb2".to_string()]);
 }
 
+/// A recorded proof and frame replayed over many connections (each then silent) holds a
+/// handful of gossip slots at most: one identity keeps a few connections, the rest are
+/// closed, and the real peers stay live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_gossip_connections_cannot_fill_the_slots() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gear = TestBackend::start("g1").await;
+    let (_dirs, lbs) = cluster_of(2, &[&gear], "").await;
+    let auth = gearlb::cluster::transport::Auth::new("app1", SECRET.as_bytes());
+    let proof = auth.handshake(gearlb::time::unix_secs());
+    // A captured frame of lb2: chitchat's empty Ack (magic, version 0, type 2, end).
+    let frame = auth.seal(lbs[1].gossip.unwrap(), &[0x53, 0xb0, 0, 2, 0]);
+    let mut open = Vec::new();
+    for _ in 0..300 {
+        let mut c = tokio::net::TcpStream::connect(lbs[0].proxy).await.unwrap();
+        let req = format!(
+            "GET /.gearlb/gossip HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: gearlb-gossip/1\r\ngearlb-gossip-auth: {proof}\r\n\r\n"
+        );
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
+            if c.read(&mut b).await.unwrap_or(0) == 0 {
+                break;
+            }
+            head.push(b[0]);
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 101"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        c.write_all(&(frame.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        c.write_all(&frame).await.unwrap();
+        open.push(c);
+    }
+    // All but a few are closed by the balancer.
+    let mut closed = 0;
+    for c in &mut open {
+        let mut b = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(200), c.read(&mut b)).await
+        {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 300 - 8,
+        "only {closed} of 300 replayed connections closed"
+    );
+    // The real peers are still live to each other, and keep gossiping.
+    let before = lbs[0].peers()["gossip"]["frames_received"]
+        .as_u64()
+        .unwrap();
+    let flowing = eventually(Duration::from_secs(5), || {
+        lbs[0].peers()["gossip"]["frames_received"]
+            .as_u64()
+            .unwrap()
+            > before + 5
+    })
+    .await;
+    assert!(flowing);
+    let live = eventually(Duration::from_secs(10), || {
+        lbs[0].live() == vec!["lb1".to_string(), "lb2".to_string()]
+    })
+    .await;
+    assert!(live, "{:?}", lbs[0].live());
+}
+
 /// Gossip rides the proxy port: a request for the gossip protocol is answered by the
 /// balancer itself (403 without the handshake proof) and never reaches a web gear,
 /// while the application's own upgrades still do.

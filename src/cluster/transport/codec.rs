@@ -11,6 +11,8 @@ use tokio::net::UdpSocket;
 /// The longest encoding of an `Ack` that carries no change: chitchat's header (magic
 /// number, protocol version, message type) and the end of an empty block stream.
 const EMPTY_ACK_LEN: usize = 4 + 1;
+/// chitchat 0.13's magic number (little endian) and protocol version 0.
+const CHITCHAT_PREFIX: [u8; 3] = [0x53, 0xb0, 0];
 
 /// Whether `envelope`, encoded as `bytes`, is an `Ack` with nothing in it: the last
 /// message of an exchange in which the peer needed nothing from this balancer (what
@@ -66,6 +68,11 @@ impl Codec {
 
     /// The envelope in `bytes`, if chitchat can read it.
     pub async fn decode(&mut self, bytes: &[u8]) -> Option<ChitchatEnvelope> {
+        // Not even chitchat's magic number and version: refused at once, rather than
+        // after the wait below (each such message would hold every later one up).
+        if !bytes.starts_with(&CHITCHAT_PREFIX) {
+            return None;
+        }
         self.tap.send_to(bytes, self.inner_addr).await.ok()?;
         // chitchat's socket skips what it cannot decode, so bound the wait.
         let deadline = tokio::time::Instant::now() + Duration::from_millis(200);

@@ -39,6 +39,10 @@ pub(super) const MAX_HANDSHAKE_RESPONSE: usize = 4096;
 /// taken, the oldest unproven connection is closed to make room, so connections that
 /// never authenticate cannot lock the balancer's peers out.
 pub(super) const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(3);
+/// A proven incoming connection silent this long is closed: its peer opens a new one
+/// when it has more to say (with many balancers, chitchat may not pick a given peer
+/// for several rounds, so this is well above the gossip interval).
+pub(super) const PROVEN_IDLE: Duration = Duration::from_secs(30);
 
 /// Counters of the gossip transport.
 #[derive(Debug, Default)]

@@ -39,6 +39,7 @@ mod frame;
 mod net;
 pub mod notes;
 mod outbound;
+mod slots;
 
 pub use crate::config::Carrier;
 pub use codec::Codec;

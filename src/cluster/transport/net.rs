@@ -2,7 +2,7 @@
 //! per-peer outbound connections and writers, the inbound readers (TCP, UDP, upgraded
 //! HTTP) and [`GossipUpgrade`], the endpoint the proxy hands upgraded connections to.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use super::codec::{self, Codec};
 use super::frame::*;
 use super::notes::{is_note, NoteInbox, Notes};
 use super::outbound::Outbound;
+use super::slots::Slots;
 use crate::config::Carrier;
 use crate::proxy::upgrade::UpgradeEndpoint;
 use crate::time::unix_secs;
@@ -326,7 +327,8 @@ async fn tcp_accept_loop(
     }
 }
 
-/// Read frames from every incoming connection (at most [`MAX_INBOUND`] at once).
+/// Read frames from every incoming connection (at most [`MAX_INBOUND`] at once; who
+/// gives a slot up when they are all taken is [`Slots`]'s rule).
 async fn serve_inbound(
     mut streams: mpsc::Receiver<(InboundStream, SocketAddr)>,
     auth: Auth,
@@ -334,8 +336,9 @@ async fn serve_inbound(
     inbound: Sink,
 ) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
-    // Connections that have not sent an authentic frame yet, oldest first.
-    let unproven: Arc<Mutex<VecDeque<(u64, CancellationToken)>>> = Arc::default();
+    let holders: Arc<Mutex<Holders>> = Arc::default();
+    let epoch = tokio::time::Instant::now();
+    let now_ms = move || epoch.elapsed().as_millis() as u64;
     let mut next_id: u64 = 0;
     while let Some((stream, peer)) = streams.recv().await {
         if inbound.is_closed() {
@@ -344,10 +347,12 @@ async fn serve_inbound(
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                // Full: close the oldest connection that has not authenticated yet.
-                let oldest = unproven.lock().ok().and_then(|mut q| q.pop_front());
-                let Some((_, token)) = oldest else {
-                    continue; // every slot holds a proven peer: refuse this one
+                let victim = holders.lock().ok().and_then(|h| {
+                    let id = h.slots.victim(now_ms())?;
+                    h.tokens.get(&id).cloned()
+                });
+                let Some(token) = victim else {
+                    continue; // every slot holds a peer that talks: refuse this one
                 };
                 token.cancel();
                 match tokio::time::timeout(
@@ -364,37 +369,54 @@ async fn serve_inbound(
         next_id += 1;
         let id = next_id;
         let token = CancellationToken::new();
-        if let Ok(mut q) = unproven.lock() {
-            q.push_back((id, token.clone()));
+        if let Ok(mut h) = holders.lock() {
+            h.slots.opened(id);
+            h.tokens.insert(id, token.clone());
         }
-        let (auth, stats, inbound, unproven) = (
+        let (auth, stats, inbound, holders) = (
             auth.clone(),
             stats.clone(),
             inbound.clone(),
-            unproven.clone(),
+            holders.clone(),
         );
         tokio::spawn(async move {
-            let proven = || {
-                if let Ok(mut q) = unproven.lock() {
-                    q.retain(|(i, _)| *i != id);
+            // Each authentic frame: the connection is proven under the identity it
+            // names; one identity's oldest connection past the bound is closed.
+            let on_frame = |from: SocketAddr| {
+                if let Ok(mut h) = holders.lock() {
+                    if let Some(old) = h.slots.frame(id, from, now_ms()) {
+                        if let Some(t) = h.tokens.get(&old) {
+                            t.cancel();
+                        }
+                    }
                 }
             };
             tokio::select! {
                 // Buffered: a frame's length and body (and often the next frame) in one
                 // system call.
-                r = read_frames(tokio::io::BufReader::with_capacity(64 * 1024, stream), &auth, &stats, &inbound, &proven) => {
+                r = read_frames(tokio::io::BufReader::with_capacity(64 * 1024, stream), &auth, &stats, &inbound, &on_frame) => {
                     if let Err(e) = r {
                         debug!(peer = %peer, error = %e, "gossip connection closed");
                     }
                 }
                 _ = token.cancelled() => {
-                    debug!(peer = %peer, "unauthenticated gossip connection closed to make room");
+                    debug!(peer = %peer, "gossip connection closed to make room");
                 }
             }
-            proven();
+            if let Ok(mut h) = holders.lock() {
+                h.slots.closed(id);
+                h.tokens.remove(&id);
+            }
             drop(permit);
         });
     }
+}
+
+/// The incoming connections' slots and how to close each.
+#[derive(Default)]
+struct Holders {
+    slots: Slots,
+    tokens: HashMap<u64, CancellationToken>,
 }
 
 async fn read_frames<S: AsyncRead + Unpin>(
@@ -402,18 +424,20 @@ async fn read_frames<S: AsyncRead + Unpin>(
     auth: &Auth,
     stats: &GossipStats,
     inbound: &Sink,
-    proven: &impl Fn(),
+    on_frame: &impl Fn(SocketAddr),
 ) -> anyhow::Result<()> {
     let mut buf = Vec::new();
     let mut authenticated = false;
     loop {
         let mut len = [0u8; 4];
-        if authenticated {
-            // A proven peer's idle connection waits as long as it likes for the next frame…
-            stream.read_exact(&mut len).await?;
+        // A new connection has little time for its first frame; a proven one is closed
+        // once silent for PROVEN_IDLE (its peer opens a new one when it has more).
+        let wait = if authenticated {
+            PROVEN_IDLE
         } else {
-            tokio::time::timeout(FIRST_FRAME_TIMEOUT, stream.read_exact(&mut len)).await??;
-        }
+            FIRST_FRAME_TIMEOUT
+        };
+        tokio::time::timeout(wait, stream.read_exact(&mut len)).await??;
         let len = u32::from_be_bytes(len) as usize;
         if len > MAX_FRAME {
             count_rejection(stats, &FrameError::Oversized);
@@ -425,10 +449,8 @@ async fn read_frames<S: AsyncRead + Unpin>(
         match auth.open(&buf) {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
-                if !authenticated {
-                    authenticated = true;
-                    proven();
-                }
+                authenticated = true;
+                on_frame(from);
                 inbound.deliver(from, message);
             }
             Err(e) => {
