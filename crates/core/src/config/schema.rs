@@ -363,24 +363,6 @@ pub struct ClusterConfig {
     pub gossip_interval: Duration,
 }
 
-impl Config {
-    /// What is allowed but likely a mistake: said by `gearlb check` and logged at start.
-    pub fn warnings(&self) -> Vec<super::problem::Problem> {
-        let mut out = Vec::new();
-        if !self.cluster.peers.is_empty() && !self.cluster.gossip() {
-            out.push(super::problem::Problem {
-                path: "cluster.peers".into(),
-                message: format!(
-                    "{} peer(s) listed, but gossip is off: set cluster.listen (a gossip port) \
-                     or cluster.transport = \"http\" (gossip on the proxy port)",
-                    self.cluster.peers.len()
-                ),
-            });
-        }
-        out
-    }
-}
-
 impl ClusterConfig {
     /// Gossip runs: on its own port (`listen`) or on the proxy port (`http`).
     pub fn gossip(&self) -> bool {

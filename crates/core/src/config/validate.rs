@@ -217,3 +217,21 @@ pub(super) fn validate_services(cfg: &Config, problems: &mut Vec<Problem>) {
         });
     }
 }
+
+impl Config {
+    /// What is allowed but likely a mistake: said by `gearlb check` and logged at start.
+    pub fn warnings(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        if !self.cluster.peers.is_empty() && !self.cluster.gossip() {
+            out.push(Problem {
+                path: "cluster.peers".into(),
+                message: format!(
+                    "{} peer(s) listed, but gossip is off: set cluster.listen (a gossip port) \
+                     or cluster.transport = \"http\" (gossip on the proxy port)",
+                    self.cluster.peers.len()
+                ),
+            });
+        }
+        out
+    }
+}
