@@ -102,13 +102,19 @@ async fn forward(
     wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
-    if req.headers().contains_key(header::UPGRADE) {
+    let has_upgrade = req.headers().contains_key(header::UPGRADE);
+    if has_upgrade {
         if let Some(why) = forward::upgrade_problem(req.headers()) {
             return Err((ForwardError::Refused(StatusCode::BAD_REQUEST, why), None));
         }
     }
     if let Some(ep) = &ctx.endpoint {
-        match forward::own_protocol(req.headers(), ep.protocol(), ep.credential_header()) {
+        match forward::own_protocol(
+            req.headers(),
+            has_upgrade,
+            ep.protocol(),
+            ep.credential_header(),
+        ) {
             forward::Own::Not => {}
             forward::Own::Upgrade => return Ok((endpoint_upgrade(ep, conn, req), None)),
             forward::Own::Refused(why) => {
@@ -130,14 +136,14 @@ async fn forward(
     if settings.mode == gearlb_core::config::Mode::Tcp {
         return Err((
             ForwardError::Refused(
-                http::StatusCode::BAD_REQUEST,
+                StatusCode::BAD_REQUEST,
                 "this port forwards TLS to the gears: HTTP is not served here",
             ),
             None,
         ));
     }
     // An upgrade only to protocols a gear may be offered (never h2c).
-    let upgrade = forward::upgrade_offer(req.headers()).is_some();
+    let upgrade = has_upgrade && forward::upgrade_offer(req.headers()).is_some();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     if let Some((status, why)) = forward::request_problem(&parts) {

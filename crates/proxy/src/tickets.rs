@@ -12,10 +12,9 @@
 //! Whoever holds the application's secret can open tickets of any period, as with a
 //! shared ticket-key file: the secret is the one gossip already relies on.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use gearlb_core::time::unix_secs;
 use rustls::server::ProducesTickets;
 use sha2::Sha256;
 
@@ -79,12 +78,6 @@ impl SharedTicketer {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl ProducesTickets for SharedTicketer {
     fn enabled(&self) -> bool {
         true
@@ -95,11 +88,11 @@ impl ProducesTickets for SharedTicketer {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        self.seal_at(unix_now(), plain)
+        self.seal_at(unix_secs(), plain)
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        self.open_at(unix_now(), cipher)
+        self.open_at(unix_secs(), cipher)
     }
 }
 

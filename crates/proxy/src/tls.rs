@@ -224,14 +224,7 @@ fn load_pair(
 pub fn staples(cfg: &TlsConfig) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>, bool)> {
     let mut certs: Vec<PathBuf> = cfg.cert.iter().cloned().collect();
     if let Some(dir) = &cfg.dir {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            certs.extend(
-                entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "pem")),
-            );
-        }
+        certs.extend(pem_files(dir).unwrap_or_default());
     }
     certs.sort();
     let now = gearlb_core::time::unix_secs();
@@ -264,14 +257,25 @@ fn dns_names(ck: &CertifiedKey) -> Vec<String> {
 }
 
 /// The pairs of a certificate directory: `<name>.pem` + `<name>.key`, by file name.
+/// The certificate files (`*.pem`) of `tls.dir`, sorted.
+fn pem_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut pems: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pem"))
+        .collect();
+    pems.sort();
+    Ok(pems)
+}
+
 fn load_dir(
     dir: &Path,
     provider: &CryptoProvider,
     problems: &mut Vec<Problem>,
 ) -> Vec<(String, Arc<CertifiedKey>)> {
     let mut out = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
+    let pems = match pem_files(dir) {
+        Ok(p) => p,
         Err(e) => {
             problems.push(Problem {
                 path: "tls.dir".into(),
@@ -280,12 +284,6 @@ fn load_dir(
             return out;
         }
     };
-    let mut pems: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "pem"))
-        .collect();
-    pems.sort();
     for cert in pems {
         let Some(name) = cert.file_stem().and_then(|s| s.to_str()) else {
             continue;

@@ -27,22 +27,21 @@ use tracing::debug;
 use super::io::{ActivityIo, Clock, Counted};
 use super::shared::InFlight;
 use crate::session::ConnState;
+use crate::stats::FrontendStats;
 
-/// Counts a tunnel as open on its backend and the frontend until dropped; the request's
-/// in-flight count, dropped after it, ends the session on the backend.
-struct Open<'a> {
+/// Counts a tunnel (an upgraded connection, or a TCP mode connection) as open on its
+/// backend and the frontend until dropped; the request's in-flight count, dropped after
+/// it, ends the session on the backend.
+pub(crate) struct Open<'a> {
     flight: &'a InFlight,
-    conn: &'a ConnState,
+    stats: &'a FrontendStats,
 }
 
 impl<'a> Open<'a> {
-    fn new(flight: &'a InFlight, conn: &'a ConnState) -> Self {
+    pub(crate) fn new(flight: &'a InFlight, stats: &'a FrontendStats) -> Self {
         flight.backend().tunnels.fetch_add(1, Ordering::Relaxed);
-        conn.ctx
-            .stats
-            .tunnels_current
-            .fetch_add(1, Ordering::Relaxed);
-        Open { flight, conn }
+        stats.tunnels_current.fetch_add(1, Ordering::Relaxed);
+        Open { flight, stats }
     }
 }
 
@@ -52,11 +51,7 @@ impl Drop for Open<'_> {
             .backend()
             .tunnels
             .fetch_sub(1, Ordering::Relaxed);
-        self.conn
-            .ctx
-            .stats
-            .tunnels_current
-            .fetch_sub(1, Ordering::Relaxed);
+        self.stats.tunnels_current.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -100,7 +95,7 @@ async fn relay(
     };
     // The `101` went out and the client's request is over: from here on the session is
     // a tunnel.
-    let _open = Open::new(flight, conn);
+    let _open = Open::new(flight, &conn.ctx.stats);
     let clock = Clock::new();
     let last = Arc::new(AtomicU64::new(0));
     // Both directions pass through the client side: watching it sees all traffic.

@@ -5,66 +5,57 @@ use super::reader::Reader;
 use super::tcp::{Balance, Cidr, Mode, TcpCheck, TcpConfig, UnknownSni};
 use crate::routing::SendProxy;
 
-/// Read `listen.mode`.
-pub(super) fn read_mode(r: &mut Reader, key: &'static str, default: Mode) -> Mode {
-    match r.str_value(key).as_deref() {
-        None => default,
-        Some("http") => Mode::Http,
-        Some("tcp") => Mode::Tcp,
-        Some(other) => {
-            r.problem(key, format!("{other:?}: expected \"http\" or \"tcp\""));
-            default
-        }
+/// One of a few words for `key` (`None`: absent, or not one of them: a problem
+/// listing them, with `note` after it when not empty).
+fn choice<T: Copy>(
+    r: &mut Reader,
+    key: &'static str,
+    words: &[(&str, T)],
+    note: &str,
+) -> Option<T> {
+    let v = r.str_value(key)?;
+    if let Some((_, t)) = words.iter().find(|(w, _)| *w == v) {
+        return Some(*t);
     }
+    let list = words
+        .iter()
+        .map(|(w, _)| format!("{w:?}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    r.problem(key, format!("{v:?}: expected {list}{note}"));
+    None
+}
+
+/// Read `listen.mode` (or a service's `mode`).
+pub(super) fn read_mode(r: &mut Reader, key: &'static str, default: Mode) -> Mode {
+    choice(r, key, &[("http", Mode::Http), ("tcp", Mode::Tcp)], "").unwrap_or(default)
 }
 
 /// Read a backend's `send_proxy` (`"v1"` or `"v2"`).
 pub(super) fn read_send_proxy(r: &mut Reader) -> Option<SendProxy> {
-    match r.str_value("send_proxy").as_deref() {
-        None => None,
-        Some("v1") => Some(SendProxy::V1),
-        Some("v2") => Some(SendProxy::V2),
-        Some(other) => {
-            r.problem(
-                "send_proxy",
-                format!("{other:?}: expected \"v1\" or \"v2\" (the PROXY protocol version)"),
-            );
-            None
-        }
-    }
+    let words = [("v1", SendProxy::V1), ("v2", SendProxy::V2)];
+    choice(r, "send_proxy", &words, " (the PROXY protocol version)")
 }
 
 /// Read `[tcp]`.
 pub(super) fn read_tcp(r: &mut Reader, tcp: &mut TcpConfig) {
-    let choice = |r: &mut Reader, key: &'static str, allowed: &[&'static str]| {
-        let v = r.str_value(key)?;
-        match allowed.iter().position(|a| *a == v) {
-            Some(i) => Some(i),
-            None => {
-                let list = allowed
-                    .iter()
-                    .map(|a| format!("{a:?}"))
-                    .collect::<Vec<_>>()
-                    .join(" or ");
-                r.problem(key, format!("{v:?}: expected {list}"));
-                None
-            }
-        }
-    };
-    if let Some(i) = choice(r, "balance", &["leastconn", "source"]) {
-        tcp.balance = [Balance::LeastConn, Balance::Source][i];
-    }
-    if let Some(i) = choice(r, "unknown_sni", &["default", "close"]) {
-        tcp.unknown_sni = [UnknownSni::Default, UnknownSni::Close][i];
-    }
-    if let Some(i) = choice(r, "check", &["tls-hello", "connect"]) {
-        tcp.check = [TcpCheck::TlsHello, TcpCheck::Connect][i];
-    }
+    let balance = [
+        ("leastconn", Balance::LeastConn),
+        ("source", Balance::Source),
+    ];
+    tcp.balance = choice(r, "balance", &balance, "").unwrap_or(tcp.balance);
+    let unknown = [
+        ("default", UnknownSni::Default),
+        ("close", UnknownSni::Close),
+    ];
+    tcp.unknown_sni = choice(r, "unknown_sni", &unknown, "").unwrap_or(tcp.unknown_sni);
+    let check = [
+        ("tls-hello", TcpCheck::TlsHello),
+        ("connect", TcpCheck::Connect),
+    ];
+    tcp.check = choice(r, "check", &check, "").unwrap_or(tcp.check);
+    // More than zero, as every duration (`parse_duration`).
     tcp.inspect_timeout = r.duration("inspect_timeout", tcp.inspect_timeout);
-    if tcp.inspect_timeout.is_zero() {
-        r.problem("inspect_timeout", "must be more than 0s");
-        tcp.inspect_timeout = TcpConfig::default().inspect_timeout;
-    }
     match r.get("accept_proxy") {
         None => {}
         Some(toml::Value::Array(items)) => {

@@ -163,11 +163,22 @@ async fn connect(
     settings: &Settings,
     client: IpAddr,
 ) -> Option<(Arc<Target>, TcpStream)> {
-    let key = match client {
-        IpAddr::V4(a) => a.octets().to_vec(),
+    // The client's address as bytes (an IPv4-mapped address as IPv4), on the stack.
+    let (v4, v6);
+    let key: &[u8] = match client {
+        IpAddr::V4(a) => {
+            v4 = a.octets();
+            &v4
+        }
         IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => v4.octets().to_vec(),
-            None => a.octets().to_vec(),
+            Some(m) => {
+                v4 = m.octets();
+                &v4
+            }
+            None => {
+                v6 = a.octets();
+                &v6
+            }
         },
     };
     let mut tried: Vec<Arc<Target>> = Vec::new();
@@ -178,7 +189,7 @@ async fn connect(
                 Balance::LeastConn => snap.select_excluding(&tried).cloned(),
                 Balance::Source => {
                     let ids: Vec<BackendId> = tried.iter().map(|t| t.backend.id).collect();
-                    snap.select_by_key(&key, &ids)
+                    snap.select_by_key(key, &ids)
                         .map(|i| snap.targets()[i].clone())
                 }
             }

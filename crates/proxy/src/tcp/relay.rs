@@ -14,35 +14,7 @@ use tracing::debug;
 use crate::io::{ActivityIo, Clock, Counted};
 use crate::session::Session;
 use crate::shared::{InFlight, ProxyCtx};
-use crate::tunnel::watch;
-
-/// Counts the connection as an open tunnel on its backend and the frontend (the
-/// scaler's load) until dropped.
-struct Open<'a> {
-    flight: &'a InFlight,
-    ctx: &'a ProxyCtx,
-}
-
-impl<'a> Open<'a> {
-    fn new(flight: &'a InFlight, ctx: &'a ProxyCtx) -> Self {
-        flight.backend().tunnels.fetch_add(1, Ordering::Relaxed);
-        ctx.stats.tunnels_current.fetch_add(1, Ordering::Relaxed);
-        Open { flight, ctx }
-    }
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        self.flight
-            .backend()
-            .tunnels
-            .fetch_sub(1, Ordering::Relaxed);
-        self.ctx
-            .stats
-            .tunnels_current
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
+use crate::tunnel::{watch, Open};
 
 /// Relay `client` and `server` (after `early` went to the server) until the end; the
 /// session and the backend's in-flight count end with it, backend first.
@@ -59,7 +31,7 @@ pub(super) async fn run(
     // Taken now: a rotate-in after the cut makes a new token for new connections.
     let kill = backend.pool.kill_token();
     {
-        let _open = Open::new(&flight, ctx);
+        let _open = Open::new(&flight, &ctx.stats);
         let clock = Clock::new();
         let last = Arc::new(AtomicU64::new(0));
         let mut client = ActivityIo::new(
