@@ -479,25 +479,26 @@ async fn gossip_has_room_apart_from_max_connections() {
     assert_eq!(lbs[0].live(), vec!["lb1".to_string(), "lb2".to_string()]);
 }
 
-/// A recorded proof and frame replayed over many connections (each then silent) holds a
-/// handful of gossip slots at most: one identity keeps a few connections, the rest are
-/// closed, and the real peers stay live.
+/// Gossip connections proven and then silent cannot fill the slots: 1 000 of them (each
+/// with its own valid v1 proof, as someone holding a stock of recorded proofs would
+/// open them, and a recorded frame of lb2's) hold a handful of slots at most, and a
+/// restarted peer still joins. A proof used a second time is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replayed_gossip_connections_cannot_fill_the_slots() {
+async fn proven_then_silent_gossip_connections_cannot_keep_a_peer_out() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    raise_nofile_limit(4096);
     let gear = TestBackend::start("g1").await;
-    let (_dirs, lbs) = cluster_of(2, &[&gear], "").await;
+    let (dirs, mut lbs) = cluster_of(2, &[&gear], "").await;
     let auth = gearlb::cluster::transport::Auth::new("app1", SECRET.as_bytes());
-    let proof = auth.handshake(gearlb::time::unix_secs());
+    let now = gearlb::time::unix_secs();
     // A captured frame of lb2: chitchat's empty Ack (magic, version 0, type 2, end).
     let frame = auth.seal(lbs[1].gossip.unwrap(), &[0x53, 0xb0, 0, 2, 0]);
-    let mut open = Vec::new();
-    for _ in 0..300 {
-        let mut c = tokio::net::TcpStream::connect(lbs[0].proxy).await.unwrap();
-        let req = format!(
+    let upgrade = |proof: &str| {
+        format!(
             "GET /.gearlb/gossip HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: gearlb-gossip/1\r\ngearlb-gossip-auth: {proof}\r\n\r\n"
-        );
-        c.write_all(req.as_bytes()).await.unwrap();
+        )
+    };
+    async fn head(c: &mut tokio::net::TcpStream) -> String {
         let mut head = Vec::new();
         let mut b = [0u8; 1];
         while !head.ends_with(b"\r\n\r\n") && head.len() < 4096 {
@@ -506,48 +507,75 @@ async fn replayed_gossip_connections_cannot_fill_the_slots() {
             }
             head.push(b[0]);
         }
-        assert!(
-            head.starts_with(b"HTTP/1.1 101"),
-            "{}",
-            String::from_utf8_lossy(&head)
-        );
+        String::from_utf8_lossy(&head).into_owned()
+    }
+    let mut open = Vec::new();
+    for i in 0..1000u64 {
+        let proof = auth.handshake(now + i - 500);
+        let mut c = tokio::net::TcpStream::connect(lbs[0].proxy).await.unwrap();
+        c.write_all(upgrade(&proof).as_bytes()).await.unwrap();
+        let h = head(&mut c).await;
+        assert!(h.starts_with("HTTP/1.1 101"), "{h}");
         c.write_all(&(frame.len() as u32).to_be_bytes())
             .await
             .unwrap();
         c.write_all(&frame).await.unwrap();
         open.push(c);
+        if i == 0 {
+            // The same proof again: refused.
+            let mut again = tokio::net::TcpStream::connect(lbs[0].proxy).await.unwrap();
+            again.write_all(upgrade(&proof).as_bytes()).await.unwrap();
+            let h = head(&mut again).await;
+            assert!(h.starts_with("HTTP/1.1 403"), "{h}");
+        }
     }
     // All but a few are closed by the balancer.
     let mut closed = 0;
     for c in &mut open {
         let mut b = [0u8; 1];
         if let Ok(Ok(0) | Err(_)) =
-            tokio::time::timeout(Duration::from_millis(200), c.read(&mut b)).await
+            tokio::time::timeout(Duration::from_millis(100), c.read(&mut b)).await
         {
             closed += 1;
         }
     }
     assert!(
-        closed >= 300 - 8,
-        "only {closed} of 300 replayed connections closed"
+        closed >= 1000 - 8,
+        "only {closed} of 1000 proven connections closed"
     );
-    // The real peers are still live to each other, and keep gossiping.
-    let before = lbs[0].peers()["gossip"]["frames_received"]
-        .as_u64()
-        .unwrap();
-    let flowing = eventually(Duration::from_secs(5), || {
-        lbs[0].peers()["gossip"]["frames_received"]
-            .as_u64()
-            .unwrap()
-            > before + 5
+    // lb2 restarts (a new port) while the 1 000 are still open on our side, and joins.
+    lbs.pop();
+    let lb2 = Gearlb::start(
+        dirs[1].path(),
+        &cluster_config(dirs[1].path(), "lb2", SECRET, ""),
+    );
+    lbs.push(lb2);
+    let list = peer_list(&[("lb1", &lbs[0]), ("lb2", &lbs[1])]);
+    let entries = format!("g1-ns.example.com|{}", gear.addr);
+    for lb in &lbs {
+        assert_eq!(lb.ctl(&["set-peers", &list]).0, 0);
+        assert_eq!(lb.ctl(&["update-cluster", &entries]).0, 0);
+    }
+    let ids = vec!["lb1".to_string(), "lb2".to_string()];
+    let live = eventually(Duration::from_secs(15), || {
+        lbs.iter().all(|lb| lb.live() == ids)
     })
     .await;
-    assert!(flowing);
-    let live = eventually(Duration::from_secs(10), || {
-        lbs[0].live() == vec!["lb1".to_string(), "lb2".to_string()]
-    })
-    .await;
-    assert!(live, "{:?}", lbs[0].live());
+    assert!(live, "{:?} / {:?}", lbs[0].live(), lbs[1].live());
+    drop(open);
+}
+
+fn raise_nofile_limit(want: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.map_or(want, |max| max.min(want));
+    if limit.current.is_some_and(|soft| soft < want) {
+        let raised = Rlimit {
+            current: Some(want),
+            maximum: limit.maximum,
+        };
+        setrlimit(Resource::Nofile, raised).unwrap();
+    }
 }
 
 /// Gossip rides the proxy port: a request for the gossip protocol is answered by the

@@ -77,6 +77,7 @@ impl Cluster {
         let stats = Arc::new(GossipStats::default());
         let transport = GossipTransport::bind(
             cfg.transport,
+            cfg.gossip_wire,
             listen,
             cfg.advertise,
             Auth::new(&cfg.id, secret.as_bytes()),

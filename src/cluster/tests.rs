@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::config::GossipWire;
 use crate::gear::PeerSpec;
 use chitchat::{spawn_chitchat, ChitchatId};
 use transport::{Auth, GossipStats, GossipTransport};
@@ -96,10 +97,18 @@ async fn membership_over_chitchats_channel_transport() {
 }
 
 async fn authenticated(carrier: transport::Carrier) -> Vec<GossipTransport> {
+    authenticated_with(carrier, [GossipWire::Both; 3]).await
+}
+
+async fn authenticated_with(
+    carrier: transport::Carrier,
+    wires: [GossipWire; 3],
+) -> Vec<GossipTransport> {
     let mut ts = Vec::new();
-    for _ in 0..3 {
+    for wire in wires {
         let t = GossipTransport::bind(
             carrier,
+            wire,
             "127.0.0.1:0".parse().unwrap(),
             None,
             Auth::new("app", b"secret-0123456789abcdef"),
@@ -128,6 +137,52 @@ async fn membership_over_authenticated_udp() {
     let interval = Duration::from_millis(200);
     let nodes = start_three([&ts[0], &ts[1], &ts[2]], addrs, interval).await;
     membership_contract(nodes, interval).await;
+}
+
+/// A rolling upgrade: a balancer of the release before (wire v1 only) and two of this
+/// one (both formats) form one cluster over connections; the two new ones speak v2
+/// between them, and v1 only with the old one.
+#[tokio::test]
+async fn a_v1_balancer_and_v2_balancers_gossip_together_over_tcp() {
+    rolling(transport::Carrier::Tcp).await;
+}
+
+#[tokio::test]
+async fn a_v1_balancer_and_v2_balancers_gossip_together_over_udp() {
+    rolling(transport::Carrier::Udp).await;
+}
+
+async fn rolling(carrier: transport::Carrier) {
+    let wires = [GossipWire::V1, GossipWire::Both, GossipWire::Both];
+    let ts = authenticated_with(carrier, wires).await;
+    let stats: Vec<_> = ts.iter().map(|t| t.stats()).collect();
+    let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
+    let interval = Duration::from_millis(200);
+    let nodes = start_three([&ts[0], &ts[1], &ts[2]], addrs, interval).await;
+    membership_contract(nodes, interval).await;
+    let (old, new) = (stats[0].read(), stats[1].read());
+    assert!(old.frames_received > 0 && old.frames_received == old.frames_received_v1);
+    assert!(new.frames_received_v1 > 0, "the new one hears the old one");
+    assert!(
+        new.frames_received > new.frames_received_v1,
+        "and v2 from the other new one"
+    );
+}
+
+/// Balancers that speak only v2 gossip with v2 alone.
+#[tokio::test]
+async fn v2_only_balancers_never_send_v1() {
+    let ts = authenticated_with(transport::Carrier::Tcp, [GossipWire::V2; 3]).await;
+    let stats: Vec<_> = ts.iter().map(|t| t.stats()).collect();
+    let addrs = [ts[0].local_addr(), ts[1].local_addr(), ts[2].local_addr()];
+    let interval = Duration::from_millis(200);
+    let nodes = start_three([&ts[0], &ts[1], &ts[2]], addrs, interval).await;
+    membership_contract(nodes, interval).await;
+    for s in stats {
+        let s = s.read();
+        assert!(s.frames_received > 0);
+        assert_eq!(s.frames_received_v1, 0);
+    }
 }
 
 /// The payload cliff: ten thousand gears down, with the platform's real name

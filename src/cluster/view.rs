@@ -170,7 +170,7 @@ impl ClusterView {
         }
         let mut out = format!(
             "self {} ({}), {} live of {} known; gossip frames sent {} received {} rejected {}; \
-             handshakes refused {}; connections upgraded {}\n",
+             handshakes refused {}; connections upgraded {}; v1 frames received {}\n",
             self.self_id,
             self.advertise,
             self.live.len(),
@@ -180,9 +180,11 @@ impl ClusterView {
             self.gossip.rejected_bad_tag
                 + self.gossip.rejected_other_cluster
                 + self.gossip.rejected_malformed
-                + self.gossip.rejected_oversized,
+                + self.gossip.rejected_oversized
+                + self.gossip.rejected_replayed,
             self.gossip.rejected_handshake,
             self.gossip.upgrades_accepted,
+            self.gossip.frames_received_v1,
         );
         for p in self.peers.iter() {
             let load = p

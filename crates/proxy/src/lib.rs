@@ -79,4 +79,4 @@ pub mod wait;
 pub use body::ProxyBody;
 pub use listener::{serve, serve_tls};
 pub use shared::{InFlight, ProxyCtx, Settings};
-pub use upgrade::UpgradeEndpoint;
+pub use upgrade::{Admission, UpgradeEndpoint};

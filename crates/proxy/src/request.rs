@@ -112,11 +112,11 @@ async fn forward(
         match forward::own_protocol(
             req.headers(),
             has_upgrade,
-            ep.protocol(),
+            ep.protocols(),
             ep.credential_header(),
         ) {
             forward::Own::Not => {}
-            forward::Own::Upgrade => return Ok((endpoint_upgrade(ep, conn, req), None)),
+            forward::Own::Upgrade(p) => return Ok((endpoint_upgrade(ep, p, conn, req), None)),
             forward::Own::Refused(why) => {
                 return Err((ForwardError::Refused(StatusCode::BAD_REQUEST, why), None))
             }

@@ -141,27 +141,33 @@ pub(super) fn respond(
     Response::from_parts(parts, body)
 }
 
-/// Answer a request for the balancer's own upgrade protocol: `101` and hand the
+/// Answer a request for the balancer's own upgrade `protocol`: `101` and hand the
 /// connection to `ep` once hyper lets go of it, or `403` when its credentials are bad.
 pub(super) fn endpoint_upgrade(
     ep: &Arc<dyn UpgradeEndpoint>,
+    protocol: &'static str,
     conn: &Arc<ConnState>,
     mut req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let peer = conn.client.peer;
-    if req.version() != http::Version::HTTP_11 || !ep.admit(req.headers()) {
+    let admission = if req.version() == http::Version::HTTP_11 {
+        ep.admit(protocol, req.headers())
+    } else {
+        None
+    };
+    let Some(admission) = admission else {
         let mut resp = Response::new(ProxyBody::text("403 Forbidden\n"));
         *resp.status_mut() = StatusCode::FORBIDDEN;
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return resp;
-    }
+    };
     // From here on the connection is the balancer's own: not client traffic.
     conn.own.store(true, std::sync::atomic::Ordering::Relaxed);
     let on = hyper::upgrade::on(&mut req);
-    let protocol = ep.protocol();
     let ep = ep.clone();
     let conn = conn.clone();
+    let session = admission.session;
     tokio::spawn(async move {
         match on.await {
             Ok(io) => {
@@ -169,9 +175,9 @@ pub(super) fn endpoint_upgrade(
                 // not waited for by the graceful stop.
                 conn.end_session();
                 drop(conn);
-                ep.accept(io, peer)
+                ep.accept(io, peer, session)
             }
-            Err(e) => debug!(error = %e, "upgrade to {} did not complete", ep.protocol()),
+            Err(e) => debug!(error = %e, "upgrade to {protocol} did not complete"),
         }
     });
     let mut resp = Response::new(ProxyBody::text(""));
@@ -179,5 +185,8 @@ pub(super) fn endpoint_upgrade(
     let h = resp.headers_mut();
     h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     h.insert(header::UPGRADE, HeaderValue::from_static(protocol));
+    for (name, value) in admission.headers {
+        h.append(name, value);
+    }
     resp
 }

@@ -1,111 +1,15 @@
-//! The gossip frame and its authentication: [`Auth`] (keys derived from the cluster
-//! secret; sealing and opening frames; the upgrade handshake proof), the transport's
-//! counters and the limits every carrier shares.
+//! The gossip frame of wire v1 and the cluster's keys: [`Auth`] (keys derived from the
+//! cluster secret; sealing and opening v1 frames; the v1 upgrade proof; the v2 keys of
+//! [`super::session`] and [`super::datagram`]).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub(super) const MAGIC: &[u8; 4] = b"GLB1";
-pub(super) const TAG_LEN: usize = 32;
-pub(super) const CLUSTER_TAG_LEN: usize = 8;
-/// chitchat's largest message plus our header and tag.
-pub const MAX_FRAME: usize = 65_507 + 4 + CLUSTER_TAG_LEN + 1 + 64 + TAG_LEN;
-/// Frames queued per peer before new ones are dropped (gossip is best effort).
-pub(super) const PEER_QUEUE: usize = 64;
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Time a peer has to finish sending a frame it started.
-pub(super) const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
-/// Incoming gossip connections served at once.
-pub(super) const MAX_INBOUND: usize = 256;
-/// The HTTP `Upgrade` token of gossip on the proxy port.
-pub const UPGRADE_PROTOCOL: &str = "gearlb-gossip/1";
-/// Path of the gossip upgrade request (the `Upgrade` token is what selects it).
-pub const UPGRADE_PATH: &str = "/.gearlb/gossip";
-/// Header carrying the handshake's proof of the cluster secret.
-pub const AUTH_HEADER: &str = "gearlb-gossip-auth";
-/// How far a handshake's timestamp may be from this balancer's clock.
-pub(super) const HANDSHAKE_WINDOW_SECS: u64 = 15 * 60;
-/// Time a peer has to answer our upgrade request.
-pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Longest response head accepted for our upgrade request.
-pub(super) const MAX_HANDSHAKE_RESPONSE: usize = 4096;
-/// Time a new incoming connection has to deliver its first authentic frame (a peer
-/// sends one as soon as it connects). Until then it is "unproven": when every slot is
-/// taken, the oldest unproven connection is closed to make room, so connections that
-/// never authenticate cannot lock the balancer's peers out.
-pub(super) const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(3);
-/// A proven incoming connection silent this long is closed: its peer opens a new one
-/// when it has more to say (with many balancers, chitchat may not pick a given peer
-/// for several rounds, so this is well above the gossip interval).
-pub(super) const PROVEN_IDLE: Duration = Duration::from_secs(30);
-
-/// Counters of the gossip transport.
-#[derive(Debug, Default)]
-pub struct GossipStats {
-    pub frames_sent: AtomicU64,
-    pub frames_received: AtomicU64,
-    pub rejected_bad_tag: AtomicU64,
-    pub rejected_other_cluster: AtomicU64,
-    pub rejected_malformed: AtomicU64,
-    pub rejected_oversized: AtomicU64,
-    pub send_failures: AtomicU64,
-    /// Gossip upgrade requests refused (bad or missing handshake proof).
-    pub rejected_handshake: AtomicU64,
-    /// Peers' gossip connections upgraded on the proxy port (not client traffic: the
-    /// FRONTEND counts none of their requests, responses or bytes).
-    pub upgrades_accepted: AtomicU64,
-}
-
-/// A snapshot of [`GossipStats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GossipCounters {
-    pub frames_sent: u64,
-    pub frames_received: u64,
-    pub rejected_bad_tag: u64,
-    pub rejected_other_cluster: u64,
-    pub rejected_malformed: u64,
-    pub rejected_oversized: u64,
-    pub send_failures: u64,
-    #[serde(default)]
-    pub rejected_handshake: u64,
-    #[serde(default)]
-    pub upgrades_accepted: u64,
-}
-
-impl GossipStats {
-    pub fn read(&self) -> GossipCounters {
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        GossipCounters {
-            frames_sent: r(&self.frames_sent),
-            frames_received: r(&self.frames_received),
-            rejected_bad_tag: r(&self.rejected_bad_tag),
-            rejected_other_cluster: r(&self.rejected_other_cluster),
-            rejected_malformed: r(&self.rejected_malformed),
-            rejected_oversized: r(&self.rejected_oversized),
-            send_failures: r(&self.send_failures),
-            rejected_handshake: r(&self.rejected_handshake),
-            upgrades_accepted: r(&self.upgrades_accepted),
-        }
-    }
-}
-
-/// Why a frame was refused.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("malformed frame")]
-    Malformed,
-    #[error("frame larger than {MAX_FRAME} bytes")]
-    Oversized,
-    #[error("frame from another cluster")]
-    OtherCluster,
-    #[error("frame authentication failed")]
-    BadTag,
-}
+use super::datagram::{DatagramOpener, DatagramSealer};
+use super::limits::*;
+use super::session::Keys;
 
 /// Keys of one cluster: who may gossip with whom.
 #[derive(Clone)]
@@ -113,6 +17,9 @@ pub struct Auth {
     cluster_tag: [u8; CLUSTER_TAG_LEN],
     /// HMAC keyed once (its inner and outer pads computed), cloned per frame.
     keyed: Hmac<Sha256>,
+    v2: Keys,
+    /// The cluster secret, for the datagram keys.
+    secret: std::sync::Arc<[u8]>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -133,7 +40,27 @@ impl Auth {
         cluster_tag.copy_from_slice(&digest[..CLUSTER_TAG_LEN]);
         // HMAC accepts keys of any length.
         let keyed = Hmac::<Sha256>::new_from_slice(&key).expect("any key length");
-        Auth { cluster_tag, keyed }
+        Auth {
+            cluster_tag,
+            keyed,
+            v2: Keys::new(cluster_tag, secret),
+            secret: secret.into(),
+        }
+    }
+
+    /// The keys of wire v2 on connections.
+    pub fn v2(&self) -> &Keys {
+        &self.v2
+    }
+
+    /// This balancer's sealer of v2 datagrams.
+    pub fn datagram_sealer(&self) -> DatagramSealer {
+        DatagramSealer::new(self.cluster_tag, &self.secret)
+    }
+
+    /// An opener of peers' v2 datagrams.
+    pub fn datagram_opener(&self) -> DatagramOpener {
+        DatagramOpener::new(self.cluster_tag, &self.secret)
     }
 
     fn mac(&self) -> Hmac<Sha256> {
@@ -246,16 +173,6 @@ impl Auth {
             .ok_or(FrameError::Malformed)?;
         Ok((addr, &body[header + addr_len..]))
     }
-}
-
-pub(super) fn count_rejection(stats: &GossipStats, e: &FrameError) {
-    let c = match e {
-        FrameError::Malformed => &stats.rejected_malformed,
-        FrameError::Oversized => &stats.rejected_oversized,
-        FrameError::OtherCluster => &stats.rejected_other_cluster,
-        FrameError::BadTag => &stats.rejected_bad_tag,
-    };
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! per-peer outbound connections and writers, the inbound readers (TCP, UDP, upgraded
 //! HTTP) and [`GossipUpgrade`], the endpoint the proxy hands upgraded connections to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -19,16 +19,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::codec::{self, Codec};
+use super::datagram::DatagramOpener;
 use super::frame::*;
+use super::inbound::{negotiate, FrameReader, Gate, Inbound};
+use super::limits::*;
 use super::notes::{is_note, NoteInbox, Notes};
-use super::outbound::Outbound;
+use super::outbound::{Outbound, Wire};
 use super::slots::Slots;
-use crate::config::Carrier;
-use crate::proxy::upgrade::UpgradeEndpoint;
+use crate::config::{Carrier, GossipWire};
+use crate::proxy::upgrade::{Admission, UpgradeEndpoint};
 use crate::time::unix_secs;
 
-/// An incoming gossip connection: frames are only ever read from it.
-pub type InboundStream = Box<dyn AsyncRead + Send + Unpin>;
+pub use super::inbound::InboundStream;
 
 /// Incoming connections handed over by the proxy, queued for the gossip reader.
 pub(super) const UPGRADE_QUEUE: usize = 64;
@@ -39,7 +41,7 @@ const NOTES_QUEUE: usize = 1024;
 enum Bound {
     Tcp(TcpListener),
     Udp(Arc<UdpSocket>),
-    Http(mpsc::Receiver<(InboundStream, SocketAddr)>),
+    Http(mpsc::Receiver<(Inbound, SocketAddr)>),
 }
 
 /// chitchat [`Transport`] over authenticated frames. The listening socket is bound
@@ -50,9 +52,9 @@ pub struct GossipTransport {
     bound: Mutex<Option<Bound>>,
     local: SocketAddr,
     advertise: SocketAddr,
-    auth: Auth,
+    gate: Arc<Gate>,
     stats: Arc<GossipStats>,
-    upgrades: Option<mpsc::Sender<(InboundStream, SocketAddr)>>,
+    upgrades: Option<mpsc::Sender<(Inbound, SocketAddr)>>,
     outbound: Arc<Outbound>,
     notes: mpsc::Sender<(SocketAddr, Vec<u8>)>,
     notes_inbox: Mutex<Option<NoteInbox>>,
@@ -61,9 +63,10 @@ pub struct GossipTransport {
 impl GossipTransport {
     /// Bind `listen` with `carrier` (for [`Carrier::Http`], `listen` is the proxy
     /// listener's address and nothing is bound); frames say they come from `advertise`
-    /// (or the listen address when `None`).
+    /// (or the listen address when `None`), in the wire `formats`.
     pub async fn bind(
         carrier: Carrier,
+        formats: GossipWire,
         listen: SocketAddr,
         advertise: Option<SocketAddr>,
         auth: Auth,
@@ -92,17 +95,20 @@ impl GossipTransport {
         let advertise = advertise.unwrap_or(local);
         let outbound = Arc::new(Outbound::new(
             udp,
-            (carrier == Carrier::Http).then(|| auth.clone()),
-            auth.clone(),
-            advertise,
-            stats.clone(),
+            Wire {
+                carrier,
+                formats,
+                auth: auth.clone(),
+                advertise: advertise.to_string().into(),
+                stats: stats.clone(),
+            },
         ));
         let (notes, inbox) = mpsc::channel(NOTES_QUEUE);
         Ok(GossipTransport {
             bound: Mutex::new(Some(bound)),
             local,
             advertise,
-            auth,
+            gate: Arc::new(Gate::new(auth, formats, stats.clone())),
             stats,
             upgrades,
             outbound,
@@ -122,6 +128,11 @@ impl GossipTransport {
         self.local
     }
 
+    /// The transport's counters.
+    pub fn stats(&self) -> Arc<GossipStats> {
+        self.stats.clone()
+    }
+
     pub fn advertise_addr(&self) -> SocketAddr {
         self.advertise
     }
@@ -130,8 +141,7 @@ impl GossipTransport {
     pub fn upgrade_endpoint(&self) -> Option<Arc<GossipUpgrade>> {
         let tx = self.upgrades.clone()?;
         Some(Arc::new(GossipUpgrade {
-            auth: self.auth.clone(),
-            stats: self.stats.clone(),
+            gate: self.gate.clone(),
             tx,
         }))
     }
@@ -140,26 +150,27 @@ impl GossipTransport {
 /// The proxy port's side of gossip: checks a gossip upgrade request's handshake and
 /// takes the connection once upgraded.
 pub struct GossipUpgrade {
-    auth: Auth,
-    stats: Arc<GossipStats>,
-    tx: mpsc::Sender<(InboundStream, SocketAddr)>,
+    gate: Arc<Gate>,
+    tx: mpsc::Sender<(Inbound, SocketAddr)>,
 }
 
 impl UpgradeEndpoint for GossipUpgrade {
-    fn protocol(&self) -> &'static str {
-        UPGRADE_PROTOCOL
+    fn protocols(&self) -> &[&'static str] {
+        &self.gate.protocols
     }
 
-    fn admit(&self, headers: &http::HeaderMap) -> bool {
-        let ok = headers
-            .get(AUTH_HEADER)
-            .is_some_and(|v| self.auth.check_handshake(v.as_bytes(), unix_secs()));
-        if !ok {
-            self.stats
-                .rejected_handshake
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        ok
+    fn admit(&self, protocol: &'static str, headers: &http::HeaderMap) -> Option<Admission> {
+        let proof = headers.get(AUTH_HEADER).map(|v| v.as_bytes());
+        let (answer, reader) = self.gate.check(protocol, proof)?;
+        let headers = answer
+            .and_then(|a| http::HeaderValue::from_str(&a).ok())
+            .map(|v| (self.credential_header().clone(), v))
+            .into_iter()
+            .collect();
+        Some(Admission {
+            headers,
+            session: Box::new(reader),
+        })
     }
 
     fn credential_header(&self) -> &http::HeaderName {
@@ -167,10 +178,25 @@ impl UpgradeEndpoint for GossipUpgrade {
         &NAME
     }
 
-    fn accept(&self, io: hyper::upgrade::Upgraded, peer: SocketAddr) {
-        self.stats.upgrades_accepted.fetch_add(1, Ordering::Relaxed);
+    fn accept(
+        &self,
+        io: hyper::upgrade::Upgraded,
+        peer: SocketAddr,
+        session: Box<dyn std::any::Any + Send>,
+    ) {
+        let Ok(reader) = session.downcast::<FrameReader>() else {
+            return; // not what admit gave: cannot happen
+        };
+        self.gate
+            .stats
+            .upgrades_accepted
+            .fetch_add(1, Ordering::Relaxed);
         let stream: InboundStream = Box::new(TokioIo::new(io));
-        if self.tx.try_send((stream, peer)).is_err() {
+        if self
+            .tx
+            .try_send((Inbound::Ready(stream, *reader), peer))
+            .is_err()
+        {
             debug!(peer = %peer, "gossip upgrade queue full: connection dropped");
         }
     }
@@ -194,26 +220,16 @@ impl Transport for GossipTransport {
             Bound::Tcp(listener) => {
                 let (tx, rx) = mpsc::channel(UPGRADE_QUEUE);
                 tokio::spawn(tcp_accept_loop(listener, tx, sink.gossip.clone()));
-                tokio::spawn(serve_inbound(
-                    rx,
-                    self.auth.clone(),
-                    self.stats.clone(),
-                    sink,
-                ));
+                tokio::spawn(serve_inbound(rx, self.gate.clone(), sink));
             }
             Bound::Http(rx) => {
-                tokio::spawn(serve_inbound(
-                    rx,
-                    self.auth.clone(),
-                    self.stats.clone(),
-                    sink,
-                ));
+                tokio::spawn(serve_inbound(rx, self.gate.clone(), sink));
             }
             Bound::Udp(socket) => {
                 tokio::spawn(udp_recv_loop(
                     socket,
-                    self.auth.clone(),
-                    self.stats.clone(),
+                    self.gate.clone(),
+                    self.outbound.heard_v2.clone(),
                     sink,
                 ));
             }
@@ -309,7 +325,7 @@ impl Socket for GossipSocket {
 /// Accept TCP gossip connections and queue them for [`serve_inbound`].
 async fn tcp_accept_loop(
     listener: TcpListener,
-    streams: mpsc::Sender<(InboundStream, SocketAddr)>,
+    streams: mpsc::Sender<(Inbound, SocketAddr)>,
     inbound: mpsc::Sender<(SocketAddr, Vec<u8>)>,
 ) {
     loop {
@@ -321,7 +337,7 @@ async fn tcp_accept_loop(
                 continue;
             }
         };
-        if inbound.is_closed() || streams.send((Box::new(stream), peer)).await.is_err() {
+        if inbound.is_closed() || streams.send((Inbound::Raw(stream), peer)).await.is_err() {
             return;
         }
     }
@@ -330,9 +346,8 @@ async fn tcp_accept_loop(
 /// Read frames from every incoming connection (at most [`MAX_INBOUND`] at once; who
 /// gives a slot up when they are all taken is [`Slots`]'s rule).
 async fn serve_inbound(
-    mut streams: mpsc::Receiver<(InboundStream, SocketAddr)>,
-    auth: Auth,
-    stats: Arc<GossipStats>,
+    mut streams: mpsc::Receiver<(Inbound, SocketAddr)>,
+    gate: Arc<Gate>,
     inbound: Sink,
 ) {
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND));
@@ -373,12 +388,7 @@ async fn serve_inbound(
             h.slots.opened(id);
             h.tokens.insert(id, token.clone());
         }
-        let (auth, stats, inbound, holders) = (
-            auth.clone(),
-            stats.clone(),
-            inbound.clone(),
-            holders.clone(),
-        );
+        let (gate, inbound, holders) = (gate.clone(), inbound.clone(), holders.clone());
         tokio::spawn(async move {
             // Each authentic frame: the connection is proven under the identity it
             // names; one identity's oldest connection past the bound is closed.
@@ -391,10 +401,18 @@ async fn serve_inbound(
                     }
                 }
             };
-            tokio::select! {
+            let serve = async {
+                let (stream, reader) = match stream {
+                    Inbound::Ready(s, r) => (s, r),
+                    Inbound::Raw(s) => negotiate(s, &gate).await?,
+                };
                 // Buffered: a frame's length and body (and often the next frame) in one
                 // system call.
-                r = read_frames(tokio::io::BufReader::with_capacity(64 * 1024, stream), &auth, &stats, &inbound, &on_frame) => {
+                let stream = tokio::io::BufReader::with_capacity(64 * 1024, stream);
+                read_frames(stream, reader, &gate.stats, &inbound, &on_frame).await
+            };
+            tokio::select! {
+                r = serve => {
                     if let Err(e) = r {
                         debug!(peer = %peer, error = %e, "gossip connection closed");
                     }
@@ -421,7 +439,7 @@ struct Holders {
 
 async fn read_frames<S: AsyncRead + Unpin>(
     mut stream: S,
-    auth: &Auth,
+    mut reader: FrameReader,
     stats: &GossipStats,
     inbound: &Sink,
     on_frame: &impl Fn(SocketAddr),
@@ -446,7 +464,7 @@ async fn read_frames<S: AsyncRead + Unpin>(
         buf.resize(len, 0);
         // …but one started must arrive in time.
         tokio::time::timeout(FRAME_TIMEOUT, stream.read_exact(&mut buf)).await??;
-        match auth.open(&buf) {
+        match reader.open(&mut buf, stats) {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
                 authenticated = true;
@@ -461,8 +479,15 @@ async fn read_frames<S: AsyncRead + Unpin>(
     }
 }
 
-async fn udp_recv_loop(socket: Arc<UdpSocket>, auth: Auth, stats: Arc<GossipStats>, inbound: Sink) {
+async fn udp_recv_loop(
+    socket: Arc<UdpSocket>,
+    gate: Arc<Gate>,
+    heard_v2: Arc<Mutex<HashSet<SocketAddr>>>,
+    inbound: Sink,
+) {
     let mut buf = vec![0u8; 65_536];
+    let mut opener = gate.auth.datagram_opener();
+    let stats = &gate.stats;
     loop {
         let n = match socket.recv_from(&mut buf).await {
             Ok((n, _)) => n,
@@ -475,12 +500,32 @@ async fn udp_recv_loop(socket: Arc<UdpSocket>, auth: Auth, stats: Arc<GossipStat
         if inbound.is_closed() {
             return;
         }
-        match auth.open(&buf[..n]) {
+        let datagram = &mut buf[..n];
+        let opened = if DatagramOpener::is_v2(datagram) {
+            if gate.formats.v2() {
+                opener.open(datagram, unix_secs()).inspect(|(from, _)| {
+                    if let Ok(mut h) = heard_v2.lock() {
+                        h.insert(*from);
+                    }
+                })
+            } else {
+                Err(FrameError::Malformed)
+            }
+        } else if gate.formats.v1() {
+            let r = gate.auth.open(datagram);
+            if r.is_ok() {
+                stats.frames_received_v1.fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        } else {
+            Err(FrameError::Malformed)
+        };
+        match opened {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
                 inbound.deliver(from, message);
             }
-            Err(e) => count_rejection(&stats, &e),
+            Err(e) => count_rejection(stats, &e),
         }
     }
 }

@@ -120,6 +120,16 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
             }),
         }
     }
+    // An operator's choice for the gear (`rhc env set GEARLB_GOSSIP_WIRE=v2`).
+    if let Some(w) = env.var("GEARLB_GOSSIP_WIRE") {
+        match super::wire::GossipWire::parse(w.trim()) {
+            Ok(w) => cfg.cluster.gossip_wire = w,
+            Err(message) => problems.push(Problem {
+                path: "env GEARLB_GOSSIP_WIRE".into(),
+                message,
+            }),
+        }
+    }
     if let Some(app) = env.var("OPENSHIFT_APP_UUID") {
         cfg.cluster.id = app;
     }

@@ -219,6 +219,12 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     cfg.cluster.node_id = r.str_value("node_id");
     cfg.cluster.id = r.string("id", &cfg.cluster.id);
     cfg.cluster.gossip_interval = r.duration("gossip_interval", cfg.cluster.gossip_interval);
+    if let Some(w) = r.str_value("gossip_wire") {
+        match super::wire::GossipWire::parse(&w) {
+            Ok(w) => cfg.cluster.gossip_wire = w,
+            Err(e) => r.problem("gossip_wire", e),
+        }
+    }
     if let Some(t) = r.str_value("transport") {
         match t.as_str() {
             "http" if cfg.cluster.listen.is_some() => r.problem(

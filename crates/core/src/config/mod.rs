@@ -21,6 +21,7 @@
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
+//! - `wire`: the gossip wire formats spoken ([`GossipWire`]);
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.
@@ -38,6 +39,7 @@ mod service;
 mod tcp;
 mod tcp_keys;
 mod validate;
+mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -58,3 +60,4 @@ pub use service::{
     FileFormat, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts, VersionsConfig,
 };
 pub use tcp::{Balance, Cidr, Mode, TcpCheck, TcpConfig, UnknownSni};
+pub use wire::GossipWire;

@@ -36,7 +36,7 @@ pub const RESTART_ONLY: &[RestartOnly] = &[
     },
     // The whole section is kept: the rest of it (the peers) is read at start only.
     RestartOnly {
-        name: "cluster (listen, advertise, node_id, id, secret, transport, gossip_interval)",
+        name: "cluster (listen, advertise, node_id, id, secret, transport, gossip_interval, gossip_wire)",
         changed: |a, b| {
             let (a, b) = (&a.cluster, &b.cluster);
             a.listen != b.listen
@@ -46,6 +46,7 @@ pub const RESTART_ONLY: &[RestartOnly] = &[
                 || a.secret != b.secret
                 || a.transport != b.transport
                 || a.gossip_interval != b.gossip_interval
+                || a.gossip_wire != b.gossip_wire
         },
         keep: |new, old| new.cluster = old.cluster.clone(),
     },

@@ -361,6 +361,8 @@ pub struct ClusterConfig {
     pub transport: Carrier,
     /// Time between gossip rounds. Default 200ms (a dead peer is noticed in about 2s).
     pub gossip_interval: Duration,
+    /// Gossip wire formats spoken (`gossip_wire`, env `GEARLB_GOSSIP_WIRE`).
+    pub gossip_wire: super::wire::GossipWire,
 }
 
 impl ClusterConfig {
@@ -381,6 +383,7 @@ impl fmt::Debug for ClusterConfig {
             .field("peers", &self.peers)
             .field("transport", &self.transport)
             .field("gossip_interval", &self.gossip_interval)
+            .field("gossip_wire", &self.gossip_wire)
             .finish()
     }
 }
@@ -547,6 +550,7 @@ impl Default for Config {
                 peers: Vec::new(),
                 transport: Carrier::Tcp,
                 gossip_interval: Duration::from_millis(200),
+                gossip_wire: Default::default(),
             },
             subset: SubsetConfig { coverage: 100 },
             rotate: RotateConfig {

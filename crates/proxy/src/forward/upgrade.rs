@@ -30,36 +30,43 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// What a request is to the balancer's own upgrade protocol (`protocol`, proven by the
-/// `credential` header).
+/// What a request is to the balancer's own upgrade protocols (`protocols`, proven by
+/// the `credential` header).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Own {
     /// Nothing of it: the request may go to a gear.
     Not,
-    /// An HTTP/1.1 upgrade to it: answered by the balancer.
-    Upgrade,
-    /// It names the protocol or carries its credential without being a proper upgrade
-    /// to it: never forwarded (400).
+    /// An HTTP/1.1 upgrade to this one of them (the first of `protocols` it names):
+    /// answered by the balancer.
+    Upgrade(&'static str),
+    /// It names one or carries its credential without being a proper upgrade to it:
+    /// never forwarded (400).
     Refused(&'static str),
 }
 
-/// Whether a request is for the balancer's own protocol; `has_upgrade`: it has an
+/// Whether a request is for the balancer's own protocols; `has_upgrade`: it has an
 /// `Upgrade` header, already known to be well formed ([`upgrade_problem`]). A request
 /// without one costs a single lookup (the credential header).
 pub fn own_protocol(
     headers: &HeaderMap,
     has_upgrade: bool,
-    protocol: &str,
+    protocols: &[&'static str],
     credential: &header::HeaderName,
 ) -> Own {
-    let names = has_upgrade
-        && headers
+    let named = |p: &str| {
+        headers
             .get_all(header::UPGRADE)
             .iter()
-            .any(|v| h1::tokens(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(protocol.as_bytes())));
-    if names {
+            .any(|v| h1::tokens(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(p.as_bytes())))
+    };
+    let chosen = if has_upgrade {
+        protocols.iter().copied().find(|p| named(p))
+    } else {
+        None
+    };
+    if let Some(p) = chosen {
         if is_upgrade(headers) {
-            Own::Upgrade
+            Own::Upgrade(p)
         } else {
             Own::Refused("the balancers' own protocol, asked without Connection: upgrade")
         }
@@ -196,17 +203,39 @@ mod tests {
     #[test]
     fn the_own_protocol_is_taken_or_refused_never_passed_on() {
         let own = |h: &HeaderMap| {
-            own_protocol(h, h.contains_key(header::UPGRADE), "gearlb-gossip/1", &AUTH)
+            own_protocol(
+                h,
+                h.contains_key(header::UPGRADE),
+                &["gearlb-gossip/2", "gearlb-gossip/1"],
+                &AUTH,
+            )
         };
         let up = ("connection", &b"upgrade"[..]);
         assert_eq!(
             own(&headers(&[("upgrade", b"gearlb-gossip/1"), up])),
-            Own::Upgrade
+            Own::Upgrade("gearlb-gossip/1")
         );
         assert_eq!(
             own(&headers(&[("upgrade", b"websocket, GEARLB-GOSSIP/1"), up])),
-            Own::Upgrade
+            Own::Upgrade("gearlb-gossip/1")
         );
+        // The endpoint's preference wins over the request's order.
+        assert_eq!(
+            own(&headers(&[
+                ("upgrade", b"gearlb-gossip/1, gearlb-gossip/2"),
+                up
+            ])),
+            Own::Upgrade("gearlb-gossip/2")
+        );
+        // A version the endpoint does not speak, with the credential: never forwarded.
+        assert!(matches!(
+            own(&headers(&[
+                ("upgrade", b"gearlb-gossip/3"),
+                up,
+                ("gearlb-gossip-auth", b"v3")
+            ])),
+            Own::Refused(_)
+        ));
         assert!(matches!(
             own(&headers(&[("upgrade", b"gearlb-gossip/1")])),
             Own::Refused(_)

@@ -1,0 +1,198 @@
+//! The incoming side's handshake: [`Gate`] checks a peer's upgrade proof (v2 bound
+//! to the connection, or the release before's v1), [`negotiate`] runs the same
+//! upgrade on a raw `cluster.listen` connection, and [`FrameReader`] opens the frames
+//! that follow in the wire format agreed.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::frame::*;
+use super::limits::*;
+use super::session::{Opener, SeenNonces, UPGRADE_PROTOCOL_V2};
+use crate::config::GossipWire;
+use crate::time::unix_secs;
+
+/// An incoming gossip connection: frames are only ever read from it.
+pub type InboundStream = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
+/// An incoming connection: upgraded on the proxy port (its wire format agreed), or
+/// raw from `cluster.listen` (not yet).
+pub enum Inbound {
+    Ready(InboundStream, FrameReader),
+    Raw(TcpStream),
+}
+
+/// How a connection's frames are opened.
+pub enum FrameReader {
+    /// The release before's frames, authenticated with the cluster key.
+    V1(Box<Auth>),
+    /// Encrypted with the connection's key, in sequence.
+    V2(Opener),
+}
+
+impl FrameReader {
+    /// Open a frame (without its length prefix): the sender's address and message.
+    pub fn open<'a>(
+        &mut self,
+        frame: &'a mut [u8],
+        stats: &GossipStats,
+    ) -> Result<(SocketAddr, &'a [u8]), FrameError> {
+        match self {
+            FrameReader::V1(auth) => {
+                let r = auth.open(frame);
+                if r.is_ok() {
+                    stats.frames_received_v1.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            }
+            FrameReader::V2(opener) => opener.open(frame),
+        }
+    }
+}
+
+/// The `Upgrade` tokens answered with `formats`, preferred first.
+pub fn protocols(formats: GossipWire) -> Vec<&'static str> {
+    match formats {
+        GossipWire::V1 => vec![UPGRADE_PROTOCOL],
+        GossipWire::Both => vec![UPGRADE_PROTOCOL_V2, UPGRADE_PROTOCOL],
+        GossipWire::V2 => vec![UPGRADE_PROTOCOL_V2],
+    }
+}
+
+/// Who may open a gossip connection to this balancer.
+pub struct Gate {
+    pub auth: Auth,
+    pub formats: GossipWire,
+    pub protocols: Vec<&'static str>,
+    /// v2 handshake nonces already answered (a replayed request is refused).
+    seen: Mutex<SeenNonces>,
+    pub stats: Arc<GossipStats>,
+}
+
+impl Gate {
+    pub fn new(auth: Auth, formats: GossipWire, stats: Arc<GossipStats>) -> Self {
+        Gate {
+            auth,
+            formats,
+            protocols: protocols(formats),
+            seen: Mutex::default(),
+            stats,
+        }
+    }
+
+    /// Check an upgrade `proof` for `protocol`: the answer's header value (v2) and how
+    /// the connection's frames are read. A refusal is counted.
+    pub fn check(
+        &self,
+        protocol: &str,
+        proof: Option<&[u8]>,
+    ) -> Option<(Option<String>, FrameReader)> {
+        let checked = proof.and_then(|proof| {
+            if !self.protocols.contains(&protocol) {
+                None
+            } else if protocol == UPGRADE_PROTOCOL_V2 {
+                let mut seen = self.seen.lock().ok()?;
+                let (answer, opener) = self.auth.v2().answer(proof, unix_secs(), &mut seen)?;
+                Some((Some(answer), FrameReader::V2(opener)))
+            } else {
+                // A v1 proof is bound to nothing but its second: each is taken once, so
+                // a recorded one cannot open connections again. (Two balancers of the
+                // release before connecting here within the same second make the same
+                // proof: the second retries a second later.)
+                let valid = self.auth.check_handshake(proof, unix_secs());
+                let fresh = valid && self.seen.lock().ok()?.insert(Sha256::digest(proof).into());
+                fresh.then(|| (None, FrameReader::V1(Box::new(self.auth.clone()))))
+            }
+        });
+        if checked.is_none() {
+            self.stats
+                .rejected_handshake
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        checked
+    }
+}
+
+/// The wire format of a raw connection to `cluster.listen`: an HTTP/1.1 upgrade
+/// request to v2 (answered here, as the proxy port answers it), or the release
+/// before's frames straight away (their first byte is a length's, never `G`).
+pub async fn negotiate(
+    mut stream: TcpStream,
+    gate: &Gate,
+) -> anyhow::Result<(InboundStream, FrameReader)> {
+    let mut head = Vec::with_capacity(512);
+    let read_head = async {
+        let mut chunk = [0u8; 512];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                anyhow::bail!("closed before its first frame");
+            }
+            head.extend_from_slice(&chunk[..n]);
+            if head[0] != b'G' || head.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(());
+            }
+            if head.len() > MAX_HANDSHAKE_RESPONSE {
+                anyhow::bail!("upgrade request head too long");
+            }
+        }
+    };
+    tokio::time::timeout(FIRST_FRAME_TIMEOUT, read_head).await??;
+    if head[0] != b'G' {
+        if !gate.formats.v1() {
+            gate.stats
+                .rejected_handshake
+                .fetch_add(1, Ordering::Relaxed);
+            anyhow::bail!("a v1 connection, and v1 is not spoken (cluster.gossip_wire)");
+        }
+        // The frames began: what was read is their start.
+        let stream: InboundStream = Box::new(std::io::Cursor::new(head).chain(stream));
+        return Ok((stream, FrameReader::V1(Box::new(gate.auth.clone()))));
+    }
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(head.len(), |p| p + 4);
+    let text = String::from_utf8_lossy(&head[..end]).into_owned();
+    let field = |name: &str| {
+        text.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    let asks_v2 = text.starts_with("GET ")
+        && field("upgrade").is_some_and(|u| {
+            u.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case(UPGRADE_PROTOCOL_V2))
+        });
+    let proof = field(AUTH_HEADER);
+    let checked = if asks_v2 {
+        gate.check(UPGRADE_PROTOCOL_V2, proof.as_deref().map(str::as_bytes))
+    } else {
+        gate.stats
+            .rejected_handshake
+            .fetch_add(1, Ordering::Relaxed);
+        None
+    };
+    let Some((Some(answer), reader)) = checked else {
+        let _ = stream
+            .write_all(b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            .await;
+        anyhow::bail!("gossip upgrade refused");
+    };
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {UPGRADE_PROTOCOL_V2}\r\n{AUTH_HEADER}: {answer}\r\n\r\n"
+    );
+    stream.write_all(response.as_bytes()).await?;
+    gate.stats.upgrades_accepted.fetch_add(1, Ordering::Relaxed);
+    // The client writes nothing before the `101`; anything after the head is frames.
+    let rest = head.split_off(end);
+    Ok((Box::new(std::io::Cursor::new(rest).chain(stream)), reader))
+}
