@@ -211,6 +211,30 @@ fn bad_env_is_a_problem() {
 }
 
 #[test]
+fn gossip_wire_from_file_and_env() {
+    use super::GossipWire;
+    let c = from_toml("", &env(&[])).unwrap();
+    assert_eq!(c.cluster.gossip_wire, GossipWire::Both);
+    let c = from_toml("[cluster]\ngossip_wire = \"v2\"\n", &env(&[])).unwrap();
+    assert_eq!(c.cluster.gossip_wire, GossipWire::V2);
+    let c = from_toml(
+        "[cluster]\ngossip_wire = \"v2\"\n",
+        &env(&[("GEARLB_GOSSIP_WIRE", "v1\n")]),
+    )
+    .unwrap();
+    assert_eq!(c.cluster.gossip_wire, GossipWire::V1, "the gear's env wins");
+    let err = from_toml("[cluster]\ngossip_wire = \"v3\"\n", &env(&[])).unwrap_err();
+    assert_eq!(err.0[0].path, "cluster.gossip_wire");
+    assert!(
+        err.0[0].message.contains("\"both\""),
+        "{}",
+        err.0[0].message
+    );
+    let err = from_toml("", &env(&[("GEARLB_GOSSIP_WIRE", "tls")])).unwrap_err();
+    assert_eq!(err.0[0].path, "env GEARLB_GOSSIP_WIRE");
+}
+
+#[test]
 fn forwarded_headers_list() {
     let d = from_toml("", &env(&[])).unwrap().proxy.forwarded_headers;
     assert!(d.x_forwarded_for && d.x_forwarded_proto);
