@@ -191,6 +191,7 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
         cfg.listen.mode = super::tcp::Mode::Tcp;
         cfg.tcp.check = super::tcp::TcpCheck::TlsHello;
     }
+    super::idler::apply_idler_env(env, &mut cfg.idler, problems);
     cfg.gear = GearIdentity {
         app_uuid: env.var("OPENSHIFT_APP_UUID"),
         app_name: env.var("OPENSHIFT_APP_NAME"),

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::idler::read_idler;
 use super::problem::Problem;
 use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
@@ -33,6 +34,7 @@ const SECTIONS: &[&str] = &[
     "discovery",
     "upstream",
     "tcp",
+    "idler",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -81,6 +83,11 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     let t = section("tcp", problems);
     let mut r = Reader::new(&t, "tcp", problems);
     read_tcp(&mut r, &mut cfg.tcp);
+    r.finish();
+
+    let t = section("idler", problems);
+    let mut r = Reader::new(&t, "idler", problems);
+    read_idler(&mut r, &mut cfg.idler);
     r.finish();
 
     let t = section("tls", problems);
