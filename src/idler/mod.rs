@@ -21,10 +21,11 @@
 //! idler would ignore the request). An application with one balancer sends nothing.
 //!
 //! The request is `HEAD /health`: the cartridge's manifest maps `/health` of the gear's
-//! name with the `health` option, which the node frontend answers itself from a file,
-//! so the application and its balancers never see it: nothing loads the gears, and no
-//! balancer counts it as a client (a balancer kept serving by another's requests would
-//! keep an idle application awake for ever). `HEAD` asks for no body.
+//! name with the `health` option, which origin-server's frontends answer themselves
+//! from a file (were it proxied, it would reach the balancer's status listener, never
+//! its proxy port): nothing loads the gears, and no balancer counts it as a client (a
+//! balancer kept serving by another's requests would keep an idle application awake
+//! for ever). `HEAD` asks for no body.
 //!
 //! Parts: `plan` (pure: which peers, when, the request and its answer, how often a
 //! failure is logged) and `task` (the loop, the requests, the counters shown by
