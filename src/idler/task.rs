@@ -45,7 +45,8 @@ impl Settings {
     /// (not in a gear: `OPENSHIFT_HOMEDIR` unset). `node_conf` is the node's
     /// configuration file's text, when readable.
     pub fn of(cfg: &Config, node_conf: Option<&str>) -> Option<Settings> {
-        if !cfg.idler.keep_seen_on(&cfg.gear) {
+        let in_gear = cfg.gear.homedir.is_some() && cfg.gear.uuid.is_some();
+        if !cfg.idler.keep_seen_on(in_gear) {
             return None;
         }
         let Some(home) = cfg.gear.homedir.as_deref() else {

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use super::idler::read_idler;
 use super::problem::Problem;
 use super::reader::Reader;
 use super::schema::{BackendConfig, Config, Limits, ScalerConfig, StickyConfig, Timeouts};
@@ -87,7 +86,18 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
 
     let t = section("idler", problems);
     let mut r = Reader::new(&t, "idler", problems);
-    read_idler(&mut r, &mut cfg.idler);
+    match r.get("keep_seen") {
+        None => {}
+        Some(toml::Value::Boolean(b)) => cfg.idler.keep_seen = Some(*b),
+        Some(other) => {
+            let t = other.type_str();
+            r.problem("keep_seen", format!("expected true or false, found {t}"));
+        }
+    }
+    cfg.idler.interval = r.duration("interval", cfg.idler.interval);
+    cfg.idler.timeout = r.duration("timeout", cfg.idler.timeout);
+    let port = r.uint("frontend_port", cfg.idler.frontend_port.into(), 1, 65_535);
+    cfg.idler.frontend_port = port as u16;
     r.finish();
 
     let t = section("tls", problems);

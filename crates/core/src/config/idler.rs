@@ -1,20 +1,15 @@
 //! `[idler]`: keeping the application's head gear seen by the node's idler while the
-//! application serves ([`IdlerConfig`]), its keys in the file and its gear variables.
+//! application serves ([`IdlerConfig`]): whether, how often, how long a request may take.
 //!
 //! The node's idler (origin-server `oo-last-access`, then `oo-auto-idler`) counts only
 //! the requests its node frontend (Apache on port 80) logged for a gear's DNS name, and
 //! ignores those from the node's own addresses; an HA application's traffic reaches its
 //! balancers through the port proxies instead, so its head gear idles while it serves.
 //! A balancer can keep a peer balancer's gear seen by requesting it through that peer's
-//! node frontend (see `gearlb::idler`); these settings say whether and how often.
+//! node frontend (see `gearlb::idler`); these settings say whether and how often. Plain
+//! data: the file's keys are read in `file`, the gear variables in `env`.
 
 use std::time::Duration;
-
-use super::duration::parse_duration;
-use super::env::Env;
-use super::problem::Problem;
-use super::reader::Reader;
-use super::schema::GearIdentity;
 
 /// `[idler]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,66 +42,17 @@ impl Default for IdlerConfig {
 
 impl IdlerConfig {
     /// Whether this balancer keeps its peers' gears seen: as configured, else when it
-    /// runs in a gear (the node's gear registry, under `OPENSHIFT_HOMEDIR`, lists the
+    /// runs `in_gear` (the node's gear registry, under `OPENSHIFT_HOMEDIR`, lists the
     /// peers; an application with one balancer has none, and nothing is sent).
-    pub fn keep_seen_on(&self, gear: &GearIdentity) -> bool {
-        self.keep_seen
-            .unwrap_or(gear.homedir.is_some() && gear.uuid.is_some())
-    }
-}
-
-/// Read `[idler]`.
-pub(super) fn read_idler(r: &mut Reader, idler: &mut IdlerConfig) {
-    match r.get("keep_seen") {
-        None => {}
-        Some(toml::Value::Boolean(b)) => idler.keep_seen = Some(*b),
-        Some(other) => {
-            let t = other.type_str();
-            r.problem("keep_seen", format!("expected true or false, found {t}"));
-        }
-    }
-    idler.interval = r.duration("interval", idler.interval);
-    idler.timeout = r.duration("timeout", idler.timeout);
-    idler.frontend_port = r.uint("frontend_port", idler.frontend_port.into(), 1, 65_535) as u16;
-}
-
-/// A switch's value as an operator writes it in an environment variable.
-fn switch(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
-/// The gear variables of `[idler]`.
-pub(super) fn apply_idler_env(env: &dyn Env, idler: &mut IdlerConfig, problems: &mut Vec<Problem>) {
-    const KEEP_SEEN: &str = "OPENSHIFT_GEARLB_IDLER_KEEP_SEEN";
-    const INTERVAL: &str = "OPENSHIFT_GEARLB_IDLER_INTERVAL";
-    if let Some(v) = env.var(KEEP_SEEN) {
-        match switch(&v) {
-            Some(b) => idler.keep_seen = Some(b),
-            None => problems.push(Problem {
-                path: format!("env {KEEP_SEEN}"),
-                message: format!("{v:?}: use true or false (also 1/0, yes/no, on/off)"),
-            }),
-        }
-    }
-    if let Some(v) = env.var(INTERVAL) {
-        match parse_duration(&v) {
-            Ok(d) => idler.interval = d,
-            Err(message) => problems.push(Problem {
-                path: format!("env {INTERVAL}"),
-                message,
-            }),
-        }
+    pub fn keep_seen_on(&self, in_gear: bool) -> bool {
+        self.keep_seen.unwrap_or(in_gear)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::from_toml;
+    use crate::config::{from_toml, Config};
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -116,11 +62,16 @@ mod tests {
             .collect()
     }
 
+    fn on(c: &Config) -> bool {
+        c.idler
+            .keep_seen_on(c.gear.homedir.is_some() && c.gear.uuid.is_some())
+    }
+
     #[test]
     fn on_in_a_gear_off_alone_unless_configured() {
         let alone = from_toml("", &env(&[])).unwrap();
         assert_eq!(alone.idler, IdlerConfig::default());
-        assert!(!alone.idler.keep_seen_on(&alone.gear));
+        assert!(!on(&alone));
         let gear = env(&[
             ("OPENSHIFT_GEAR_UUID", "5a1e0000000000000000aaaa"),
             (
@@ -129,21 +80,21 @@ mod tests {
             ),
         ]);
         let c = from_toml("", &gear).unwrap();
-        assert!(c.idler.keep_seen_on(&c.gear));
+        assert!(on(&c));
         let mut off = gear.clone();
         off.insert("OPENSHIFT_GEARLB_IDLER_KEEP_SEEN".into(), "false".into());
         let c = from_toml("", &off).unwrap();
-        assert!(!c.idler.keep_seen_on(&c.gear));
+        assert!(!on(&c));
         // The file can turn it on outside a gear, or off in one.
         let c = from_toml("[idler]\nkeep_seen = true\n", &env(&[])).unwrap();
-        assert!(c.idler.keep_seen_on(&c.gear));
+        assert!(on(&c));
         let c = from_toml("[idler]\nkeep_seen = false\n", &gear).unwrap();
-        assert!(!c.idler.keep_seen_on(&c.gear));
+        assert!(!on(&c));
         // The gear's variable wins over the file, as every gear variable does.
-        let mut on = gear.clone();
-        on.insert("OPENSHIFT_GEARLB_IDLER_KEEP_SEEN".into(), " On ".into());
-        let c = from_toml("[idler]\nkeep_seen = false\n", &on).unwrap();
-        assert!(c.idler.keep_seen_on(&c.gear));
+        let mut yes = gear.clone();
+        yes.insert("OPENSHIFT_GEARLB_IDLER_KEEP_SEEN".into(), " On ".into());
+        let c = from_toml("[idler]\nkeep_seen = false\n", &yes).unwrap();
+        assert!(on(&c));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
-//! - `idler`: `[idler]`, the head gear kept seen by the node's idler, with its keys;
+//! - `idler`: `[idler]`, the head gear kept seen by the node's idler;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
 //! - `validate`: the checks across keys;
