@@ -710,6 +710,8 @@ async fn oo_last_access_marks_the_head_gear_accessed_while_traffic_flows_through
     assert_eq!(b["enabled"], true, "{b}");
     assert!(b["sent"].as_u64().unwrap() >= 1, "{b}");
     assert_eq!(b["peers"], 1, "{b}");
+    let (_, text, _) = app.lb_b.ctl(&["peers"]);
+    assert!(text.contains("idler keep-seen: every 200 ms"), "{text}");
     // Only requests from the other node: the head gear's own balancer requests no gear
     // on its own node (its own address would be ignored), and clients never came here.
     let lines = app.log_a();
