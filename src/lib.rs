@@ -43,6 +43,8 @@
 //!     control-plane operations, the rotate driver, state saves;
 //!   - [`cartridge`]: what the node platform runs in a gear (`bin/control`, setup,
 //!     hooks), the daemon's life there, and the node's gear registry;
+//!   - [`idler`]: the head gear kept seen by the node's idler while the application
+//!     serves (requests to the peers' gears through their nodes' frontends);
 //!   - [`demo`]: `gearlb demo`, the whole system in one process; [`cli`]: the command
 //!     line; [`memory`]: freed heap pages back to the system when a worker goes idle.
 //! - **`gearlb-sim`**: the cluster simulator (many balancers' real cluster, rotation and
@@ -61,6 +63,7 @@ pub mod cli;
 pub mod cluster;
 pub mod control;
 pub mod demo;
+pub mod idler;
 pub mod memory;
 pub mod metrics;
 pub mod report;

@@ -411,6 +411,10 @@ impl control::Handler for App {
                         "scaler".into(),
                         serde_json::to_value(self.scaler.report()).unwrap_or_default(),
                     );
+                    o.insert(
+                        "keep_seen".into(),
+                        serde_json::to_value(self.keep_seen.read()).unwrap_or_default(),
+                    );
                 }
                 Reply::ok("", data)
             }

@@ -49,6 +49,8 @@ pub struct App {
     /// The HTTPS listener's certificates, when it runs (swapped on reload).
     pub(super) tls: Option<Arc<crate::tls::TlsAcceptor>>,
     pub(super) stopping: CancellationToken,
+    /// What the idler keep-seen task did (`crate::idler`).
+    pub(super) keep_seen: Arc<crate::idler::Counters>,
     /// The configuration in force; also serialises control-plane operations.
     pub(super) config: tokio::sync::Mutex<Config>,
     pub(super) saved: Persistence,

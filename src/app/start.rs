@@ -350,10 +350,45 @@ pub(super) fn assemble(
         coverage: Arc::new(AtomicU32::new(cfg.subset.coverage)),
         tls: listeners.tls_acceptor.clone(),
         stopping,
+        keep_seen: Arc::new(crate::idler::Counters::default()),
         config: tokio::sync::Mutex::new(cfg),
         saved,
         seen,
     }))
+}
+
+/// The idler keep-seen task (`crate::idler`), when it is on: it samples this
+/// balancer's client counters and the loads its live peers publish.
+pub(super) fn keep_seen_task(
+    app: &Arc<App>,
+    cfg: &Config,
+    stop: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let node_conf = crate::cartridge::node::node_conf(&crate::config::ProcessEnv);
+    let settings = crate::idler::Settings::of(cfg, node_conf.as_deref())?;
+    let (frontend, cluster) = (app.frontend.clone(), app.cluster.clone());
+    let self_id = app.id.self_id.clone();
+    let sample = move || {
+        let read = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        crate::idler::Sample {
+            served: read(&frontend.requests_total).wrapping_add(read(&frontend.connections_total)),
+            open: read(&frontend.tunnels_current),
+            peers_serving: cluster.as_ref().is_some_and(|c| {
+                c.view()
+                    .loads
+                    .iter()
+                    .any(|(id, l)| *id != self_id && (l.rps > 0.0 || l.in_flight > 0))
+            }),
+        }
+    };
+    let touch = Arc::new(crate::idler::FrontendTouch);
+    Some(tokio::spawn(crate::idler::run(
+        settings,
+        sample,
+        touch,
+        app.keep_seen.clone(),
+        stop,
+    )))
 }
 
 /// The broker client, when the gear environment says where and who we are.

@@ -20,7 +20,7 @@ use tracing::{error, info, warn};
 use super::parts::{App, Persistence};
 use super::persist::take_state_lock;
 use super::start::{assemble, load_backends, restore_rotations, save_started_state};
-use super::start::{start_cluster, Listeners, LocalSockets, Restored};
+use super::start::{keep_seen_task, start_cluster, Listeners, LocalSockets, Restored};
 use crate::cluster;
 use crate::config::Config;
 use crate::control;
@@ -213,6 +213,10 @@ impl Server {
                 )),
             )
         });
+        let keep_seen = {
+            let cfg = app.config.lock().await;
+            keep_seen_task(&app, &cfg, stop.clone())
+        };
         let services_task = tokio::spawn(app.services.clone().run());
         let etcd_task = {
             let cfg = app.config.lock().await;
@@ -324,6 +328,9 @@ impl Server {
         let _ = control_task.await;
         let _ = stats_socket_task.await;
         let _ = sampler.await;
+        if let Some(t) = keep_seen {
+            let _ = t.await;
+        }
         tracker.close();
         let _ = services_task.await;
         if let Some(t) = share_task {

@@ -339,6 +339,8 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                 );
             } else {
                 let scaler = reply.data["scaler"]["scaler"].as_str().map(str::to_string);
+                let keep_seen: Option<crate::idler::KeepSeenReport> =
+                    serde_json::from_value(reply.data["keep_seen"].clone()).ok();
                 match serde_json::from_value::<crate::cluster::ClusterView>(reply.data) {
                     Ok(v) => {
                         print!("{}", v.to_text());
@@ -347,6 +349,13 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                                 Some(s) => println!("scaler: {s}"),
                                 None => println!("scaler: none elected"),
                             }
+                        }
+                        if let Some(k) = keep_seen.filter(|k| k.enabled) {
+                            println!(
+                                "idler keep-seen: every {} ms while serving; {} rounds, {} \
+                                 requests to {} peer gear(s) in the last, {} failed",
+                                k.interval_ms, k.rounds, k.sent, k.peers, k.failed
+                            );
                         }
                     }
                     Err(e) => {

@@ -398,6 +398,16 @@ impl Gearlb {
         Self::launch(dir, config, prefix, &[], &[])
     }
 
+    /// Through a command prefix, with environment variables (a gear in a namespace).
+    pub fn start_in_with(
+        dir: &Path,
+        config: &Path,
+        prefix: &[&str],
+        env: &[(&str, &str)],
+    ) -> Gearlb {
+        Self::launch(dir, config, prefix, &[], env)
+    }
+
     /// As [`Gearlb::start`], with more `gearlb run` arguments and environment variables.
     pub fn start_with(dir: &Path, config: &str, args: &[&str], env: &[(&str, &str)]) -> Gearlb {
         let path = dir.join("gearlb.toml");

@@ -201,6 +201,25 @@ pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Prob
         cfg.listen.mode = super::tcp::Mode::Tcp;
         cfg.tcp.check = super::tcp::TcpCheck::TlsHello;
     }
+    if let Some(v) = env.var("OPENSHIFT_GEARLB_IDLER_KEEP_SEEN") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => cfg.idler.keep_seen = Some(true),
+            "0" | "false" | "no" | "off" => cfg.idler.keep_seen = Some(false),
+            _ => problems.push(Problem {
+                path: "env OPENSHIFT_GEARLB_IDLER_KEEP_SEEN".into(),
+                message: format!("{v:?}: use true or false (also 1/0, yes/no, on/off)"),
+            }),
+        }
+    }
+    if let Some(t) = env.var("OPENSHIFT_GEARLB_IDLER_INTERVAL") {
+        match parse_duration(&t) {
+            Ok(d) => cfg.idler.interval = d,
+            Err(message) => problems.push(Problem {
+                path: "env OPENSHIFT_GEARLB_IDLER_INTERVAL".into(),
+                message,
+            }),
+        }
+    }
     cfg.gear = GearIdentity {
         app_uuid: env.var("OPENSHIFT_APP_UUID"),
         app_name: env.var("OPENSHIFT_APP_NAME"),

@@ -33,6 +33,7 @@ const SECTIONS: &[&str] = &[
     "discovery",
     "upstream",
     "tcp",
+    "idler",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -81,6 +82,22 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     let t = section("tcp", problems);
     let mut r = Reader::new(&t, "tcp", problems);
     read_tcp(&mut r, &mut cfg.tcp);
+    r.finish();
+
+    let t = section("idler", problems);
+    let mut r = Reader::new(&t, "idler", problems);
+    match r.get("keep_seen") {
+        None => {}
+        Some(toml::Value::Boolean(b)) => cfg.idler.keep_seen = Some(*b),
+        Some(other) => {
+            let t = other.type_str();
+            r.problem("keep_seen", format!("expected true or false, found {t}"));
+        }
+    }
+    cfg.idler.interval = r.duration("interval", cfg.idler.interval);
+    cfg.idler.timeout = r.duration("timeout", cfg.idler.timeout);
+    let port = r.uint("frontend_port", cfg.idler.frontend_port.into(), 1, 65_535);
+    cfg.idler.frontend_port = port as u16;
     r.finish();
 
     let t = section("tls", problems);

@@ -19,6 +19,7 @@
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
+//! - `idler`: `[idler]`, the head gear kept seen by the node's idler;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
 //! - `wire`: the gossip wire formats spoken ([`GossipWire`]);
@@ -30,6 +31,7 @@ mod discovery;
 mod duration;
 mod env;
 mod file;
+mod idler;
 mod load;
 mod problem;
 mod reader;
@@ -51,9 +53,9 @@ pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
 pub use restart::{keep_restart_only, RestartOnly, RESTART_ONLY};
 pub use schema::{
     backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
-    DiscoveryConfig, ForwardedHeaders, GearIdentity, HealthConfig, Limits, ListenConfig, LogConfig,
-    ProxyConfig, RotateConfig, RuntimeConfig, ScalerConfig, StateConfig, StickyConfig,
-    SubsetConfig, Timeouts, TlsConfig, UpstreamConfig, DEFAULT_SERVICE,
+    DiscoveryConfig, ForwardedHeaders, GearIdentity, HealthConfig, IdlerConfig, Limits,
+    ListenConfig, LogConfig, ProxyConfig, RotateConfig, RuntimeConfig, ScalerConfig, StateConfig,
+    StickyConfig, SubsetConfig, Timeouts, TlsConfig, UpstreamConfig, DEFAULT_SERVICE,
 };
 pub use service::{
     default_route, is_service_name, parse_service_file, parse_share, service_file_format,

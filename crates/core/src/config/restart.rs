@@ -68,6 +68,12 @@ pub const RESTART_ONLY: &[RestartOnly] = &[
             new.discovery.etcd_prefix = old.discovery.etcd_prefix.clone();
         },
     },
+    // The idler's keep-seen task is started (or not) with the balancer.
+    RestartOnly {
+        name: "idler",
+        changed: |a, b| a.idler != b.idler,
+        keep: |new, old| new.idler = old.idler.clone(),
+    },
     RestartOnly {
         name: "limits.max_idle_per_backend",
         changed: |a, b| a.limits.max_idle_per_backend != b.limits.max_idle_per_backend,

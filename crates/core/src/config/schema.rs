@@ -47,6 +47,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// `[tcp]`: the TCP listeners' settings.
     pub tcp: TcpConfig,
+    /// `[idler]`: the head gear kept seen by the node's idler while serving.
+    pub idler: IdlerConfig,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
 }
 
 pub use super::discovery::{DiscoveryConfig, UpstreamConfig};
+pub use super::idler::IdlerConfig;
 pub use super::service::types::DEFAULT_SERVICE;
 use super::tcp::{Mode, TcpConfig};
 use crate::routing::SendProxy;
@@ -502,6 +505,7 @@ impl Default for Config {
                 ..UpstreamConfig::default()
             },
             tcp: TcpConfig::default(),
+            idler: IdlerConfig::default(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 client: Duration::from_secs(60),
