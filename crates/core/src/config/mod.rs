@@ -14,7 +14,7 @@
 //! leaf or depends only on the leaves below it:
 //!
 //! - `problem`: [`Problem`], [`ConfigErrors`], [`EXIT_CONFIG`];
-//! - `schema`: the [`Config`] structs, their defaults, [`Carrier`];
+//! - `schema`: the [`Config`] structs, their defaults;
 //! - `duration`: the one duration rule of every source;
 //! - `reader` and `file`: the TOML file, key by key;
 //! - `env`: the gear environment ([`Env`]) laid over the file;
@@ -22,7 +22,7 @@
 //! - `idler`: `[idler]`, the head gear kept seen by the node's idler;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
-//! - `wire`: the gossip wire formats spoken ([`GossipWire`]);
+//! - `wire`: how gossip travels ([`Carrier`], [`GossipWire`]);
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
 //! - `load`: [`load`] and [`from_toml`], which run the above in order.

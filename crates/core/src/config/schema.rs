@@ -6,8 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::gear::Addr;
 
 /// The validated configuration.
@@ -71,6 +69,7 @@ pub use super::discovery::{DiscoveryConfig, UpstreamConfig};
 pub use super::idler::IdlerConfig;
 pub use super::service::types::DEFAULT_SERVICE;
 use super::tcp::{Mode, TcpConfig};
+pub use super::wire::{Carrier, GossipWire};
 use crate::routing::SendProxy;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,29 +316,6 @@ pub struct StickyConfig {
     pub max_age: Duration,
 }
 
-/// Which carrier gossip uses (`cluster.transport`); the gossip transport itself is
-/// `crate::cluster::transport`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Carrier {
-    /// Upgraded HTTP/1.1 connections on the proxy port (the default in a gear).
-    Http,
-    /// A TCP port of its own (`cluster.listen`).
-    Tcp,
-    /// A UDP port of its own (`cluster.listen`).
-    Udp,
-}
-
-impl Carrier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Carrier::Http => "http",
-            Carrier::Tcp => "tcp",
-            Carrier::Udp => "udp",
-        }
-    }
-}
-
 /// The balancers of one application.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -365,7 +341,7 @@ pub struct ClusterConfig {
     /// Time between gossip rounds. Default 200ms (a dead peer is noticed in about 2s).
     pub gossip_interval: Duration,
     /// Gossip wire formats spoken (`gossip_wire`, env `GEARLB_GOSSIP_WIRE`).
-    pub gossip_wire: super::wire::GossipWire,
+    pub gossip_wire: GossipWire,
 }
 
 impl ClusterConfig {

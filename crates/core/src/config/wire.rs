@@ -1,5 +1,6 @@
-//! Which gossip wire formats a balancer speaks (`cluster.gossip_wire`, env
-//! `GEARLB_GOSSIP_WIRE`): what a rolling upgrade from the release before needs.
+//! How gossip travels: its carrier ([`Carrier`], `cluster.transport`) and the wire
+//! formats a balancer speaks ([`GossipWire`], `cluster.gossip_wire`, env
+//! `GEARLB_GOSSIP_WIRE`: what a rolling upgrade from the release before needs).
 
 use serde::{Deserialize, Serialize};
 
@@ -48,5 +49,28 @@ impl GossipWire {
     /// Whether v2 is spoken.
     pub fn v2(self) -> bool {
         self != GossipWire::V1
+    }
+}
+
+/// Which carrier gossip uses (`cluster.transport`); the gossip transport itself is
+/// `crate::cluster::transport`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Carrier {
+    /// Upgraded HTTP/1.1 connections on the proxy port (the default in a gear).
+    Http,
+    /// A TCP port of its own (`cluster.listen`).
+    Tcp,
+    /// A UDP port of its own (`cluster.listen`).
+    Udp,
+}
+
+impl Carrier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Carrier::Http => "http",
+            Carrier::Tcp => "tcp",
+            Carrier::Udp => "udp",
+        }
     }
 }
