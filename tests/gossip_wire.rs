@@ -119,6 +119,8 @@ fn config(dir: &std::path::Path, id: &str, advertise: SocketAddr, wire: &str) ->
 const GEAR: &str = "gsecretname";
 const ID: [&str; 2] = ["lbnode-alpha", "lbnode-bravo"];
 
+/// `wires[i]` is balancer i's `gossip_wire`; `"old"` runs the release before's binary
+/// (`$GEARLB_OLD_BIN`), which has no such key and speaks v1 only.
 async fn pair_through_relays(
     wires: [&str; 2],
     gear: &TestBackend,
@@ -127,10 +129,17 @@ async fn pair_through_relays(
     let dirs: Vec<_> = (0..2).map(|_| workdir()).collect();
     let lbs: Vec<Gearlb> = (0..2)
         .map(|i| {
-            Gearlb::start(
-                dirs[i].path(),
-                &config(dirs[i].path(), ID[i], relays[i].addr, wires[i]),
-            )
+            let dir = dirs[i].path();
+            if wires[i] != "old" {
+                return Gearlb::start(dir, &config(dir, ID[i], relays[i].addr, wires[i]));
+            }
+            let text =
+                config(dir, ID[i], relays[i].addr, "v1").replace("gossip_wire = \"v1\"\n", "");
+            let path = dir.join("gearlb.toml");
+            std::fs::write(&path, text).unwrap();
+            // `sh -c '…' sh <this release's binary> run --config …`: the old one instead.
+            let exec_old = "shift; exec \"$GEARLB_OLD_BIN\" \"$@\"";
+            Gearlb::start_in(dir, &path, &["sh", "-c", exec_old, "sh"])
         })
         .collect();
     for (r, lb) in relays.iter().zip(&lbs) {
@@ -251,18 +260,24 @@ async fn a_capture_of_gossip_shows_nothing_and_replays_of_it_are_refused() {
 }
 
 /// A rolling upgrade: a balancer of the release before (speaking only v1) and one of
-/// this release gossip together; once both run this release, v2 alone.
+/// this release gossip together; once both run this release, v2 alone. The old one is
+/// this binary with `gossip_wire = "v1"`, or, with `GEARLB_OLD_BIN` set to a build of
+/// the release before, that very binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_from_v1_keeps_the_cluster_whole() {
     let gear = TestBackend::start("g1").await;
-    let (_dirs, lbs, relays) = pair_through_relays(["v1", "both"], &gear).await;
+    let real_old = std::env::var_os("GEARLB_OLD_BIN").is_some();
+    let old_wire = if real_old { "old" } else { "v1" };
+    let (_dirs, lbs, relays) = pair_through_relays([old_wire, "both"], &gear).await;
     let v1 = counter(&lbs[1], "frames_received_v1");
     assert!(v1 > 0, "the new balancer hears the old one in v1");
-    let old = lbs[0].peers()["gossip"].clone();
-    assert_eq!(
-        old["frames_received_v1"], old["frames_received"],
-        "the old one hears only v1"
-    );
+    if !real_old {
+        let old = lbs[0].peers()["gossip"].clone();
+        assert_eq!(
+            old["frames_received_v1"], old["frames_received"],
+            "the old one hears only v1"
+        );
+    }
     let (all, _) = relays[1].capture();
     assert!(contains(&all, b"Upgrade: gearlb-gossip/1"));
     drop(lbs);
