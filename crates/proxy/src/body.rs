@@ -1,10 +1,11 @@
 //! Response bodies sent to clients.
 //!
-//! Owns [`ProxyBody`]: a backend's body streamed through frame by frame (never
-//! buffered, trailer fields included), or a short text the balancer writes itself. A
-//! backend body holds the backend connection and the request's in-flight count until
-//! its last byte: then the connection returns to its backend's pool at once; a body
-//! dropped half-read closes it instead.
+//! Owns [`ProxyBody`]: a backend's body streamed through frame by frame (trailer fields
+//! included; never buffered beyond one read and one frame, and read in small steps
+//! while the client's socket is full, see [`upstream::UpBody`]), or a short text the
+//! balancer writes itself. A backend body holds the backend connection and the
+//! request's in-flight count until its last byte: then the connection returns to its
+//! backend's pool at once; a body dropped half-read closes it instead.
 //!
 //! A backend that answered before it had the whole request body, and reads on (full
 //! duplex), gets the rest alongside the response; if the response ends first, the rest
@@ -81,6 +82,10 @@ impl Body for ProxyBody {
         match &mut this.kind {
             BodyKind::Text(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             BodyKind::Upstream(u) => {
+                if let Some(f) = &this._frontend {
+                    u.body
+                        .set_backlogged(f.0.backlogged.load(std::sync::atomic::Ordering::Relaxed));
+                }
                 let r = match u.cut.take() {
                     Some(e) => Poll::Ready(Some(Err(*e))),
                     None => u.body.poll_frame(cx),

@@ -1,6 +1,28 @@
 //! The listeners: accept client connections under `limits.max_connections`, hand each
 //! to its downstream connection task ([`super::downstream`]), and stop accepting at the
 //! graceful stop. Also starts the pools' idle sweeper (once, with the first listener).
+//!
+//! A listener's queue of connections not yet accepted holds `max_connections` (as
+//! HAProxy's `backlog` defaults to `maxconn`; the kernel caps it at
+//! `net.core.somaxconn`), not the 128 of a socket bound by the standard library or
+//! tokio: a burst of new connections while the thread is busy (an attack's connections
+//! opening) waits in the queue instead of having its handshakes dropped, each of which
+//! would cost its client a second before it tries again.
+//!
+//! A client that advertised a tiny receive window when it connected (what a slow-read
+//! attack does: slowhttptest's `-X` sets 512 B to 1 KiB) keeps at most
+//! [`TINY_WINDOW_UNSENT`] of unsent bytes in the kernel (`TCP_NOTSENT_LOWAT`). The kernel
+//! cuts what it sends such a client into segments of half its window, so without a
+//! bound it would take as much as the send buffer grows to (over a megabyte each on the
+//! bench host) in allocations of a few hundred bytes: for 500 such clients a gigabyte
+//! of kernel memory, seconds of the balancer's thread, and the host's TCP stack pushed
+//! into its memory-pressure mode, where every connection, the normal ones included, sees
+//! drops and retransmissions. The window is read back as the connection's segment size
+//! (`TCP_MAXSEG`, which the kernel caps at half the largest window the peer advertised;
+//! one `getsockopt` per connection). Other clients are not bounded: a client that keeps
+//! up moves large bodies fastest when the kernel can take a whole read at once (a bound
+//! of 512 KiB on every connection cost 1 MiB responses on loopback about 13% of their
+//! throughput). Issue 34, `bench/slow_read.sh`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,6 +38,23 @@ use super::downstream::conn::serve_connection;
 use super::downstream::tls::serve_tls_connection;
 use super::shared::ProxyCtx;
 use crate::session::Session;
+
+/// A connection whose segment size is below this was opened with a tiny receive window
+/// (an Ethernet path gives 1460 bytes, IPv6's smallest MTU 1220; a client still on
+/// IPv4's old default of 536 is bounded too, at no cost to it); see the module docs.
+pub const TINY_MSS: u32 = 1024;
+
+/// The most such a connection's socket holds of what was written to it and not sent yet
+/// (`TCP_NOTSENT_LOWAT`): many times what its window lets through per round trip.
+pub const TINY_WINDOW_UNSENT: u32 = 64 * 1024;
+
+/// Bound the unsent bytes of a connection opened with a tiny receive window.
+fn bound_tiny_window(stream: &tokio::net::TcpStream) {
+    let s = socket2::SockRef::from(stream);
+    if s.tcp_mss().is_ok_and(|mss| mss < TINY_MSS) {
+        let _ = s.set_tcp_notsent_lowat(TINY_WINDOW_UNSENT);
+    }
+}
 
 /// Accept client connections until `shutdown` is cancelled: HTTP, or forwarded as
 /// bytes when the context's settings say `mode = "tcp"` (see `tcp`). Connections over
@@ -62,6 +101,11 @@ async fn accept_loop(
         .permits
         .get_or_init(|| Arc::new(Semaphore::new(max_connections)))
         .clone();
+    let backlog = i32::try_from(max_connections).unwrap_or(i32::MAX);
+    // Listening again on a listening socket only sets its queue's length (Linux).
+    if let Err(e) = rustix::net::listen(&listener, backlog) {
+        warn!(error = %e, "cannot lengthen the listener's queue");
+    }
     let local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     // The mode is the listener's for its life (a restart-only setting).
     let tcp = ctx.settings.load().mode == gearlb_core::config::Mode::Tcp;
@@ -98,6 +142,7 @@ async fn accept_loop(
                 }
             },
         };
+        bound_tiny_window(&stream);
         // Counted, permitted and tracked until the connection closes, its tunnel
         // included (the connection task returns when hyper hands an upgrade over).
         let mut session = Session::open(ctx.stats.clone(), permit, tracker.token());

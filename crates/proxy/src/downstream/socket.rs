@@ -1,8 +1,10 @@
 //! The client socket as hyper sees it ([`ClientIo`]): counts bytes, notes activity for
-//! the watchdog, holds a response's first write for the rest of the loop turn
-//! (`phase`), writes interim responses (`103 Early Hints`) hyper's server cannot, tells
-//! who waits for a flush, and hands the socket back to the connection task when it parks
-//! or hyper closes it ([`super::parking`], [`super::linger`]).
+//! the watchdog, holds a response's first write for the rest of the loop turn, and the
+//! write after every 64 KiB written in a row ([`crate::turn`]), notes when the client's
+//! socket is full (`ConnState::backlogged`, which the response body reads its backend
+//! by), writes interim responses (`103 Early Hints`) hyper's server cannot, tells who
+//! waits for a flush, and hands the socket back to the connection task when it parks or
+//! hyper closes it ([`super::parking`], [`super::linger`]).
 //!
 //! Interim responses to HTTP/1.1 requests are written at a moment hyper has nothing
 //! buffered ([`ConnState::push_interim`] queues them).
@@ -66,6 +68,7 @@ impl<S> ClientIo<S> {
 
     fn wrote(&mut self, n: usize) {
         if n > 0 {
+            self.turn.wrote(n);
             self.state.unflushed.store(true, Ordering::Relaxed);
             self.touch();
             if !self.state.own.load(Ordering::Relaxed) {
@@ -222,8 +225,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
             return Poll::Pending;
         }
         let r = Pin::new(this.inner()?).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r {
-            this.wrote(n);
+        match r {
+            Poll::Ready(Ok(n)) => this.wrote(n),
+            // The client's socket is full: it reads slower than it is sent to.
+            Poll::Pending => this.state.backlogged.store(true, Ordering::Relaxed),
+            Poll::Ready(Err(_)) => {}
         }
         r
     }
@@ -241,8 +247,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
             return Poll::Pending;
         }
         let r = Pin::new(this.inner()?).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = r {
-            this.wrote(n);
+        match r {
+            Poll::Ready(Ok(n)) => this.wrote(n),
+            // The client's socket is full: it reads slower than it is sent to.
+            Poll::Pending => this.state.backlogged.store(true, Ordering::Relaxed),
+            Poll::Ready(Err(_)) => {}
         }
         r
     }
@@ -262,6 +271,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         if let Poll::Ready(Ok(())) = r {
             let st = &this.state;
             st.unflushed.store(false, Ordering::Relaxed);
+            st.backlogged.store(false, Ordering::Relaxed);
             if st.flush_wanted.load(Ordering::Relaxed) {
                 st.flush_wanted.store(false, Ordering::Relaxed);
                 st.flushed.wake();

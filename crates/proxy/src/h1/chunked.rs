@@ -75,6 +75,11 @@ impl Chunked {
 
     /// Take what `buf` holds of the body: the next data, or its end.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
+        self.decode_at_most(buf, usize::MAX)
+    }
+
+    /// As [`Chunked::decode`], with no more than `max` bytes of data in one step.
+    pub fn decode_at_most(&mut self, buf: &mut BytesMut, max: usize) -> Result<Step, ParseError> {
         loop {
             match self.state {
                 ChunkState::Size => {
@@ -93,7 +98,7 @@ impl Chunked {
                     if buf.is_empty() {
                         return Ok(Step::More);
                     }
-                    let n = (buf.len() as u64).min(self.left) as usize;
+                    let n = (buf.len().min(max) as u64).min(self.left) as usize;
                     self.left -= n as u64;
                     if self.left == 0 {
                         self.state = ChunkState::DataEnd;

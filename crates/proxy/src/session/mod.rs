@@ -112,6 +112,10 @@ pub(crate) struct ConnState {
     /// The socket wrapper took bytes (or hyper asked it to, and the write waits for the
     /// rest of the turn) since its last completed flush: hyper may still hold some.
     pub(crate) unflushed: AtomicBool,
+    /// A write found the client's socket full, and no flush emptied hyper's buffer
+    /// since: the client takes less than it is sent, and a response body reads its
+    /// backend in small steps meanwhile (see [`crate::body`]).
+    pub(crate) backlogged: AtomicBool,
     /// Who waits for the next completed flush ([`ConnState::flushed_or_wait`]).
     pub(crate) flushed: atomic_waker::AtomicWaker,
     pub(crate) flush_wanted: AtomicBool,
@@ -162,6 +166,7 @@ impl ConnState {
             interim: arc_swap::ArcSwapOption::empty(),
             has_interim: AtomicBool::new(false),
             unflushed: AtomicBool::new(false),
+            backlogged: AtomicBool::new(false),
             flushed: atomic_waker::AtomicWaker::new(),
             flush_wanted: AtomicBool::new(false),
             // A quarter of the response timeout when that is short, so that it is kept

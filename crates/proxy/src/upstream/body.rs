@@ -1,6 +1,16 @@
 //! A backend's response body, read from its connection as the client takes it (the
 //! rest of an early-answered upload going on alongside), and the connection handed
 //! back for the pool once both are done.
+//!
+//! What a client has not taken yet waits in bounded buffers, and the rest in the
+//! backend's socket, which is read only when the last read was handed on. Reads grow up
+//! to 512 KiB while the client takes what it is sent, each handed to hyper whole (large
+//! writes move large bodies fastest); once the client's socket is full (`backlogged`:
+//! it reads slower than it is sent to) they fall to 8 KiB, a large read's buffer is
+//! given back, and what is left of the last one goes to hyper in frames of at most
+//! [`FRAME_MAX`] (hyper asks for the next frame once it holds less than its 32 KiB
+//! write buffer). A client that stops reading costs the balancer at most one read and
+//! what hyper held when it stopped (issue 34).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,6 +23,10 @@ use super::error::SendError;
 use super::upload::Upload;
 use crate::h1::{self, BodyLen, Head};
 use crate::wait::{Phase, Wait};
+
+/// The most of a body handed to a backlogged client's connection at once (what hyper
+/// copies into its write buffer); a client that keeps up is handed each read whole.
+pub const FRAME_MAX: usize = 64 * 1024;
 
 /// How much of a response body is left.
 #[derive(Debug)]
@@ -45,6 +59,8 @@ pub struct UpBody {
     failed: Option<Box<SendError>>,
     /// Whether that delay was taken already.
     delayed: bool,
+    /// The client's socket was full when this body was last asked for more.
+    backlogged: bool,
 }
 
 impl UpBody {
@@ -70,7 +86,14 @@ impl UpBody {
             trailers: None,
             failed: None,
             delayed: false,
+            backlogged: false,
         }
+    }
+
+    /// Whether the client's socket was full (it reads slower than it is sent to) when
+    /// the next frame is asked for: the backend is then read in small steps.
+    pub fn set_backlogged(&mut self, backlogged: bool) {
+        self.backlogged = backlogged;
     }
 
     /// The whole body was read and handed on.
@@ -177,6 +200,11 @@ impl UpBody {
                 }
             }
         }
+        let cap = if self.backlogged {
+            FRAME_MAX
+        } else {
+            usize::MAX
+        };
         loop {
             match &mut self.left {
                 Left::Done => {
@@ -187,7 +215,7 @@ impl UpBody {
                 }
                 Left::Length(left) => {
                     if !conn.buf.is_empty() {
-                        let n = (conn.buf.len() as u64).min(*left) as usize;
+                        let n = (conn.buf.len().min(cap) as u64).min(*left) as usize;
                         *left -= n as u64;
                         let data = conn.buf.split_to(n).freeze();
                         if *left == 0 {
@@ -197,7 +225,7 @@ impl UpBody {
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                 }
-                Left::Chunked(c) => match c.decode(&mut conn.buf) {
+                Left::Chunked(c) => match c.decode_at_most(&mut conn.buf, cap) {
                     Ok(h1::Step::Data(d)) => {
                         self.handed();
                         return Poll::Ready(Some(Ok(Frame::data(d))));
@@ -212,11 +240,15 @@ impl UpBody {
                 },
                 Left::Close => {
                     if !conn.buf.is_empty() {
-                        let data = conn.buf.split().freeze();
+                        let n = conn.buf.len().min(cap);
+                        let data = conn.buf.split_to(n).freeze();
                         self.handed();
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                 }
+            }
+            if self.backlogged {
+                conn.slow_down();
             }
             match conn.poll_fill(cx) {
                 Poll::Pending => {

@@ -20,9 +20,10 @@ use tokio::net::TcpStream;
 use crate::io::Counted;
 
 /// Read buffer sizes: start small (most responses are), double while reads fill the
-/// space, halve after a read that used less than a quarter of it. Large bodies move in
-/// large reads: fewer system calls, and the backend's socket is drained sooner, so it
-/// can keep sending (128 KiB at most cost ~10% of the throughput of 1 MiB responses).
+/// space, halve after a read that used less than a quarter of it, and fall back to the
+/// smallest while the client does not keep up ([`Conn::slow_down`]). Large bodies move
+/// in large reads: fewer system calls, and the backend's socket is drained sooner, so
+/// it can keep sending (128 KiB at most cost ~10% of the throughput of 1 MiB responses).
 pub(super) const READ_MIN: usize = 8 * 1024;
 pub(super) const READ_MAX: usize = 512 * 1024;
 
@@ -159,6 +160,18 @@ impl Conn {
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// The client this connection's response goes to takes less than it is sent: read
+    /// in the smallest steps, and give back a large read's buffer once it was handed on
+    /// (what the client has not taken then waits in the backend's socket, not here).
+    pub(super) fn slow_down(&mut self) {
+        self.read_size = READ_MIN;
+        if self.buf.is_empty() {
+            // A fresh buffer: the emptied one may still own a large read's allocation,
+            // which the next read would reclaim and fill whole.
+            self.buf = BytesMut::new();
         }
     }
 

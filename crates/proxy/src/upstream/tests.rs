@@ -22,6 +22,7 @@ use crate::h1::{self, Head, ReqFraming};
 use crate::wait::{Phase, Wait};
 use gearlb_core::gear::Addr;
 
+mod frames;
 mod scripted;
 
 /// A wait with the default limits, for exchanges nobody keeps time for.
