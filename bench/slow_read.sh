@@ -55,7 +55,11 @@ chmod 755 "$tmp"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ "${KEEP_TMP:-0}" = 1 ] && echo "kept $tmp" >&2 || rm -rf "$tmp"
+  if [ "${KEEP_TMP:-0}" = 1 ]; then
+    echo "kept $tmp" >&2
+  else
+    rm -rf "$tmp"
+  fi
 }
 trap cleanup EXIT
 
