@@ -23,7 +23,7 @@ use chacha20poly1305::aead::{AeadInPlace, KeyInit, OsRng};
 use chacha20poly1305::{Key, Tag, XChaCha20Poly1305, XNonce};
 use sha2::Sha256;
 
-use super::limits::{FrameError, HANDSHAKE_WINDOW_SECS, MAX_FRAME};
+use super::limits::{put_sender, take_sender, FrameError, HANDSHAKE_WINDOW_SECS, MAX_FRAME};
 use super::session::AEAD_TAG_LEN;
 
 const MAGIC: &[u8; 4] = b"GLB2";
@@ -93,9 +93,7 @@ impl DatagramSealer {
         out.extend_from_slice(&now_secs.to_be_bytes());
         out.extend_from_slice(&self.run);
         out.extend_from_slice(&seq.to_be_bytes());
-        out.push(sender.len() as u8);
-        out.extend_from_slice(sender.as_bytes());
-        out.extend_from_slice(message);
+        put_sender(&mut out, sender, message);
         let (header, body) = out.split_at_mut(HEADER);
         let tag = self
             .cipher
@@ -147,14 +145,7 @@ impl DatagramOpener {
         if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS || !self.take(run, seq, now_secs) {
             return Err(FrameError::Replayed);
         }
-        let body: &'a [u8] = body;
-        let addr_len = body[0] as usize;
-        let addr = body
-            .get(1..1 + addr_len)
-            .and_then(|a| std::str::from_utf8(a).ok())
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .ok_or(FrameError::Malformed)?;
-        Ok((addr, &body[1 + addr_len..]))
+        take_sender(body)
     }
 
     /// Record (run, seq) as taken; false if it was, or is too far behind.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::datagram::{DatagramOpener, DatagramSealer};
 use super::limits::*;
-use super::session::Keys;
+use super::session::{hex, unhex, Keys};
 
 /// Keys of one cluster: who may gossip with whom.
 #[derive(Clone)]
@@ -93,9 +93,7 @@ impl Auth {
         out.reserve(4 + CLUSTER_TAG_LEN + 1 + addr.len() + message.len() + TAG_LEN);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.cluster_tag);
-        out.push(addr.len() as u8); // a SocketAddr's text is at most 47 bytes
-        out.extend_from_slice(addr.as_bytes());
-        out.extend_from_slice(message);
+        put_sender(&mut out, addr, message);
         let mut mac = self.mac();
         mac.update(&out[start..]);
         out.extend_from_slice(&mac.finalize().into_bytes());
@@ -109,12 +107,7 @@ impl Auth {
         mac.update(b"gearlb gossip upgrade");
         mac.update(&self.cluster_tag);
         mac.update(&unix_secs.to_be_bytes());
-        let tag = mac.finalize().into_bytes();
-        let mut hex = String::with_capacity(64);
-        for b in tag {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        format!("v1 {unix_secs} {hex}")
+        format!("v1 {unix_secs} {}", hex(&mac.finalize().into_bytes()))
     }
 
     /// Whether `value` is a handshake proof of this cluster made within
@@ -124,7 +117,7 @@ impl Auth {
             return false;
         };
         let mut parts = text.split(' ');
-        let (Some("v1"), Some(secs), Some(hex), None) =
+        let (Some("v1"), Some(secs), Some(tag_hex), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return false;
@@ -132,16 +125,12 @@ impl Auth {
         let Ok(secs) = secs.parse::<u64>() else {
             return false;
         };
-        if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS || hex.len() != 64 {
+        if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS {
             return false;
         }
-        let mut tag = [0u8; 32];
-        for (i, byte) in tag.iter_mut().enumerate() {
-            match u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16) {
-                Ok(b) => *byte = b,
-                Err(_) => return false,
-            }
-        }
+        let Some(tag) = unhex::<32>(tag_hex) else {
+            return false;
+        };
         let mut mac = self.mac();
         mac.update(b"gearlb gossip upgrade");
         mac.update(&self.cluster_tag);
@@ -165,13 +154,7 @@ impl Auth {
         let mut mac = self.mac();
         mac.update(body);
         mac.verify_slice(tag).map_err(|_| FrameError::BadTag)?;
-        let addr_len = body[header - 1] as usize;
-        let addr = body
-            .get(header..header + addr_len)
-            .and_then(|a| std::str::from_utf8(a).ok())
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .ok_or(FrameError::Malformed)?;
-        Ok((addr, &body[header + addr_len..]))
+        take_sender(&body[header - 1..])
     }
 }
 

@@ -2,6 +2,7 @@
 //! names of the upgrade, why a frame is refused ([`FrameError`]) and the transport's
 //! counters ([`GossipStats`]).
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -125,4 +126,24 @@ pub(super) fn count_rejection(stats: &GossipStats, e: &FrameError) {
         FrameError::Replayed => &stats.rejected_replayed,
     };
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Append what every frame format carries: `addr len (1) | sender's address | message`
+/// (`sender` is a `SocketAddr` written out: at most 47 bytes).
+pub(super) fn put_sender(out: &mut Vec<u8>, sender: &str, message: &[u8]) {
+    out.push(sender.len() as u8);
+    out.extend_from_slice(sender.as_bytes());
+    out.extend_from_slice(message);
+}
+
+/// The sender's address and the message of an opened frame's body ([`put_sender`]).
+pub(super) fn take_sender(body: &[u8]) -> Result<(SocketAddr, &[u8]), FrameError> {
+    let (&len, rest) = body.split_first().ok_or(FrameError::Malformed)?;
+    let len = len as usize;
+    let addr = rest
+        .get(..len)
+        .and_then(|a| std::str::from_utf8(a).ok())
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .ok_or(FrameError::Malformed)?;
+    Ok((addr, &rest[len..]))
 }

@@ -30,7 +30,7 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::limits::{FrameError, HANDSHAKE_WINDOW_SECS, MAX_FRAME};
+use super::limits::{put_sender, take_sender, FrameError, HANDSHAKE_WINDOW_SECS, MAX_FRAME};
 
 /// The HTTP `Upgrade` token of gossip wire v2.
 pub const UPGRADE_PROTOCOL_V2: &str = "gearlb-gossip/2";
@@ -204,9 +204,7 @@ impl Sealer {
     pub fn seal_prefixed(&mut self, sender: &str, message: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(4 + 1 + sender.len() + message.len() + AEAD_TAG_LEN);
         out.extend_from_slice(&[0; 4]);
-        out.push(sender.len() as u8); // a SocketAddr's text is at most 47 bytes
-        out.extend_from_slice(sender.as_bytes());
-        out.extend_from_slice(message);
+        put_sender(&mut out, sender, message);
         let nonce = seq_nonce(self.seq);
         self.seq += 1;
         // Encryption fails only past ChaCha20's 256 GiB per message: a frame is ≤64 KiB.
@@ -247,14 +245,7 @@ impl Opener {
             .decrypt_in_place_detached(&nonce, AAD, body, Tag::from_slice(tag))
             .map_err(|_| FrameError::BadTag)?;
         self.seq += 1;
-        let body: &'a [u8] = body;
-        let addr_len = body[0] as usize;
-        let addr = body
-            .get(1..1 + addr_len)
-            .and_then(|a| std::str::from_utf8(a).ok())
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .ok_or(FrameError::Malformed)?;
-        Ok((addr, &body[1 + addr_len..]))
+        take_sender(body)
     }
 }
 
