@@ -113,29 +113,30 @@ impl Auth {
     /// Whether `value` is a handshake proof of this cluster made within
     /// `HANDSHAKE_WINDOW_SECS` (15 minutes) of `now_secs`.
     pub fn check_handshake(&self, value: &[u8], now_secs: u64) -> bool {
-        let Ok(text) = std::str::from_utf8(value) else {
-            return false;
-        };
+        self.handshake_tag(value, now_secs).is_some()
+    }
+
+    /// The HMAC of a valid handshake proof: what identifies it however its text is
+    /// written (hex case, zeros before the time), so that each is taken once.
+    pub fn handshake_tag(&self, value: &[u8], now_secs: u64) -> Option<[u8; 32]> {
+        let text = std::str::from_utf8(value).ok()?;
         let mut parts = text.split(' ');
         let (Some("v1"), Some(secs), Some(tag_hex), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return false;
+            return None;
         };
-        let Ok(secs) = secs.parse::<u64>() else {
-            return false;
-        };
+        let secs = secs.parse::<u64>().ok()?;
         if secs.abs_diff(now_secs) > HANDSHAKE_WINDOW_SECS {
-            return false;
+            return None;
         }
-        let Some(tag) = unhex::<32>(tag_hex) else {
-            return false;
-        };
+        let tag = unhex::<32>(tag_hex)?;
         let mut mac = self.mac();
         mac.update(b"gearlb gossip upgrade");
         mac.update(&self.cluster_tag);
         mac.update(&secs.to_be_bytes());
-        mac.verify_slice(&tag).is_ok()
+        mac.verify_slice(&tag).ok()?;
+        Some(tag)
     }
 
     /// Check a frame; returns the sender's address and the message.

@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -104,8 +103,8 @@ impl Gate {
                 // a recorded one cannot open connections again. (Two balancers of the
                 // release before connecting here within the same second make the same
                 // proof: the second retries a second later.)
-                let valid = self.auth.check_handshake(proof, unix_secs());
-                let fresh = valid && self.seen.lock().ok()?.insert(Sha256::digest(proof).into());
+                let tag = self.auth.handshake_tag(proof, unix_secs())?;
+                let fresh = self.seen.lock().ok()?.insert(tag);
                 fresh.then(|| (None, FrameReader::V1(Box::new(self.auth.clone()))))
             }
         });
@@ -195,4 +194,32 @@ pub async fn negotiate(
     // The client writes nothing before the `101`; anything after the head is frames.
     let rest = head.split_off(end);
     Ok((Box::new(std::io::Cursor::new(rest).chain(stream)), reader))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_v1_proof_is_taken_once_however_it_is_written() {
+        let auth = Auth::new("app1", b"secret-0123456789");
+        let gate = Gate::new(auth.clone(), GossipWire::Both, Arc::default());
+        let proof = auth.handshake(unix_secs());
+        assert!(gate
+            .check(UPGRADE_PROTOCOL, Some(proof.as_bytes()))
+            .is_some());
+        let (secs, tag) = proof[3..].split_once(' ').unwrap();
+        for again in [
+            proof.clone(),
+            format!("v1 {secs} {}", tag.to_uppercase()),
+            format!("v1 0{secs} {tag}"),
+        ] {
+            assert!(
+                gate.check(UPGRADE_PROTOCOL, Some(again.as_bytes()))
+                    .is_none(),
+                "{again}"
+            );
+        }
+        assert_eq!(gate.stats.read().rejected_handshake, 3);
+    }
 }
