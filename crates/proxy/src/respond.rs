@@ -34,14 +34,14 @@ pub(super) fn usable(
     asked_upgrade: Option<&HeaderValue>,
     client: http::Version,
 ) -> Result<Option<HeaderValue>, &'static str> {
-    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
-        forward::switch_allowed(asked_upgrade, &head.parts.headers)?;
+    if head.status == StatusCode::SWITCHING_PROTOCOLS {
+        forward::switch_allowed(asked_upgrade, &head.headers())?;
         return Ok(None);
     }
     if head.body == h1::BodyLen::Empty {
         return Ok(None);
     }
-    match forward::transfer_codings(&head.parts.headers)? {
+    match forward::transfer_codings(head.values("transfer-encoding"))? {
         Some(_) if client != http::Version::HTTP_11 => {
             Err("transfer coding the client's protocol cannot carry")
         }
@@ -96,8 +96,8 @@ pub(super) fn respond(
     } = client;
     let flight = up.flight;
     let backend = flight.backend().clone();
-    backend.stats.response(head.parts.status.as_u16());
-    let switching = head.parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    backend.stats.response(head.status.as_u16());
+    let switching = head.status == StatusCode::SWITCHING_PROTOCOLS;
     let mut body = UpBody::new(up.conn, &head, up.upload, Some(up.wait));
     let mut flight = Some(flight);
     if switching {
@@ -115,7 +115,7 @@ pub(super) fn respond(
             ));
         }
     }
-    let mut parts = head.parts;
+    let mut parts = head.to_parts();
     forward::prepare_response(&mut parts, switching);
     if let Some(codings) = codings {
         parts.headers.insert(header::TRANSFER_ENCODING, codings);

@@ -3,7 +3,7 @@
 //! `chunked`, which the balancer does not decode.
 
 use bytes::{BufMut, BytesMut};
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::Version;
 
 use super::values::value;
@@ -12,15 +12,14 @@ use crate::h1;
 /// The transfer codings of a message other than `chunked` (RFC 9112 §6.1), as one list
 /// (`gzip`), or `None` when there are none. `Err` when `chunked` is applied more than
 /// once or is not the final coding: a message the balancer cannot frame faithfully.
-pub fn transfer_codings(h: &HeaderMap) -> Result<Option<HeaderValue>, &'static str> {
-    if !h.contains_key(header::TRANSFER_ENCODING) {
-        return Ok(None);
-    }
+pub fn transfer_codings<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<Option<HeaderValue>, &'static str> {
     let mut others = BytesMut::new();
     let mut chunked_last = false;
     let mut chunked = 0;
-    for v in h.get_all(header::TRANSFER_ENCODING) {
-        for t in h1::tokens(v.as_bytes()).filter(|t| !t.is_empty()) {
+    for v in values {
+        for t in h1::tokens(v).filter(|t| !t.is_empty()) {
             if t.eq_ignore_ascii_case(b"chunked") {
                 chunked += 1;
                 chunked_last = true;
@@ -60,7 +59,11 @@ pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode
     // hyper took the chunked framing off; forwarding the rest (`gzip, chunked`) would
     // hand the gear a body coded in a way its head no longer says, and refusing is what
     // RFC 9112 §6.1 asks of a server that does not implement a coding.
-    match transfer_codings(h) {
+    match transfer_codings(
+        h.get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    ) {
         Ok(None) => {}
         Ok(Some(_)) => {
             return Some((

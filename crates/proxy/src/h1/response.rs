@@ -1,7 +1,7 @@
 //! Reading a backend's response head (RFC 9112 §6): its status and fields, whether the
 //! connection may be reused, and how its body is framed.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
@@ -35,17 +35,112 @@ pub enum BodyLen {
     Close,
 }
 
-/// A parsed response head.
+/// A parsed response head, kept as the bytes it came in: the fields are spans of
+/// them, and a `HeaderMap` is built only for the paths that need one (HTTP/2 clients,
+/// hyper's HTTP/1 server); an HTTP/1 client's head is written from the spans
+/// ([`super::reply`]).
 #[derive(Debug)]
 pub struct Head {
-    pub parts: http::response::Parts,
+    pub status: StatusCode,
+    pub version: Version,
     pub body: BodyLen,
     /// The connection may carry another request once this body is read.
     pub keep_alive: bool,
+    raw: Bytes,
+    fields: Vec<Span>,
+    /// What becomes of the `Content-Length` fields on the way on.
+    pub(super) length: LengthFix,
+}
+
+/// One field: where its name and value are in the head's bytes.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// What becomes of a response's `Content-Length` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LengthFix {
+    /// Passed on as they are.
+    AsIs,
+    /// Dropped: `Transfer-Encoding` frames the body (RFC 9112 §6.3).
+    Drop,
+    /// One length written several times (`3, 3`): the client gets it once.
+    Once(u64),
+}
+
+impl Head {
+    /// The fields, names and values as they came.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields.iter().map(|s| {
+            let n = &self.raw[s.name.0 as usize..(s.name.0 + s.name.1) as usize];
+            let v = &self.raw[s.value.0 as usize..(s.value.0 + s.value.1) as usize];
+            (n, v)
+        })
+    }
+
+    /// The values of field `name` (lower case), in order.
+    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.values(name).next().is_some()
+    }
+
+    /// The reason phrase as the backend wrote it.
+    pub fn reason(&self) -> &[u8] {
+        let line = self.raw.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        line.splitn(3, |&b| b == b' ').nth(2).unwrap_or_default()
+    }
+
+    /// The fields as a `HeaderMap` (the length fixed as it goes on), their values
+    /// sharing the head's bytes.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(self.fields.len());
+        let mut length_done = false;
+        for s in &self.fields {
+            let n = &self.raw[s.name.0 as usize..(s.name.0 + s.name.1) as usize];
+            // Names were checked by the parser as tokens; values as field bytes.
+            let Ok(name) = HeaderName::from_bytes(n) else {
+                continue;
+            };
+            if name == header::CONTENT_LENGTH {
+                match self.length {
+                    LengthFix::AsIs => {}
+                    LengthFix::Drop => continue,
+                    LengthFix::Once(_) if length_done => continue,
+                    LengthFix::Once(len) => {
+                        length_done = true;
+                        headers.append(name, HeaderValue::from(len));
+                        continue;
+                    }
+                }
+            }
+            let v = (s.value.0 as usize)..((s.value.0 + s.value.1) as usize);
+            if let Ok(value) = HeaderValue::from_maybe_shared(self.raw.slice(v)) {
+                headers.append(name, value);
+            }
+        }
+        headers
+    }
+
+    /// The head as `http` parts.
+    pub fn to_parts(&self) -> http::response::Parts {
+        let mut parts = http::Response::new(()).into_parts().0;
+        parts.status = self.status;
+        parts.version = self.version;
+        parts.headers = self.headers();
+        parts
+    }
 }
 
 /// Parse a response head at the start of `buf`. `Ok(None)`: incomplete, read more.
-/// On success the head's bytes are taken out of `buf` (header values share them).
+/// On success the head's bytes are taken out of `buf` (the head keeps them).
 pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, ParseError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut slots);
@@ -70,90 +165,93 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         Some(1) => Version::HTTP_11,
         _ => Version::HTTP_10,
     };
-    // Offsets of each name and value in `buf`, so that the values can share the head's
-    // bytes once it is frozen.
     let base = buf.as_ptr() as usize;
-    let mut spans: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(r.headers.len());
-    for h in r.headers.iter() {
-        let n = h.name.as_ptr() as usize - base;
-        let v = h.value.as_ptr() as usize - base;
-        spans.push((n, h.name.len(), v, h.value.len()));
-    }
-    let head = buf.split_to(head_len).freeze();
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for (n, nl, v, vl) in spans {
-        let name = HeaderName::from_bytes(&head[n..n + nl])
-            .map_err(|_| ParseError::Head("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| ParseError::Head("invalid header value"))?;
-        headers.append(name, value);
-    }
-
+    let mut fields: Vec<Span> = Vec::with_capacity(r.headers.len());
     let mut keep_alive = version == Version::HTTP_11;
-    // An HTTP/1.0 message with Transfer-Encoding: its framing is faulty, and the
-    // connection closes after it (RFC 9112 §6.1).
-    let te_in_10 = version == Version::HTTP_10 && headers.contains_key(header::TRANSFER_ENCODING);
-    for v in headers.get_all(header::CONNECTION) {
-        for t in tokens(v.as_bytes()) {
-            if t.eq_ignore_ascii_case(b"close") {
-                keep_alive = false;
-            } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                keep_alive = true;
+    let (mut te, mut te_last_chunked, mut cl) = (false, false, false);
+    for h in r.headers.iter() {
+        let n = h.name.as_bytes();
+        fields.push(Span {
+            name: ((n.as_ptr() as usize - base) as u32, n.len() as u32),
+            value: (
+                (h.value.as_ptr() as usize - base) as u32,
+                h.value.len() as u32,
+            ),
+        });
+        if n.eq_ignore_ascii_case(b"connection") {
+            for t in tokens(h.value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                    keep_alive = true;
+                }
             }
+        } else if n.eq_ignore_ascii_case(b"transfer-encoding") {
+            te = true;
+            te_last_chunked = tokens(h.value)
+                .next_back()
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+        } else if n.eq_ignore_ascii_case(b"content-length") {
+            cl = true;
         }
     }
-    if te_in_10 {
-        keep_alive = false;
+    drop(r);
+    let raw = buf.split_to(head_len).freeze();
+    let mut head = Head {
+        status,
+        version,
+        body: BodyLen::Close,
+        keep_alive,
+        raw,
+        fields,
+        length: LengthFix::AsIs,
+    };
+    // An HTTP/1.0 message with Transfer-Encoding: its framing is faulty, and the
+    // connection closes after it (RFC 9112 §6.1).
+    if te && version == Version::HTTP_10 {
+        head.keep_alive = false;
     }
-    let body = if *method == Method::HEAD
+    head.body = if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
         BodyLen::Empty
-    } else if headers.contains_key(header::TRANSFER_ENCODING) {
+    } else if te {
         // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and such a message
         // is not to be trusted with the connection after it.
-        if headers.remove(header::CONTENT_LENGTH).is_some() {
-            keep_alive = false;
+        if cl {
+            head.length = LengthFix::Drop;
+            head.keep_alive = false;
         }
-        if last_coding_is_chunked(&headers) {
+        if te_last_chunked {
             BodyLen::Chunked
         } else {
-            keep_alive = false;
+            head.keep_alive = false;
             BodyLen::Close
         }
     } else {
-        let (length, pieces) = content_length_pieces(&headers)?;
+        let (length, pieces) = content_length_pieces(head.values("content-length"))?;
         if let (Some(n), 2..) = (length, pieces) {
-            // One length written several times (`3, 3`): the client gets it once.
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            head.length = LengthFix::Once(n);
         }
         match length {
             Some(0) => BodyLen::Empty,
             Some(n) => BodyLen::Length(n),
             None => {
-                keep_alive = false;
+                head.keep_alive = false;
                 BodyLen::Close
             }
         }
     };
     // A bodiless response still says what length the body would have had (`HEAD`, 304):
     // written once too.
-    if matches!(body, BodyLen::Empty) && headers.contains_key(header::CONTENT_LENGTH) {
-        if let Ok((Some(n), 2..)) = content_length_pieces(&headers) {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    if head.body == BodyLen::Empty && cl && head.length == LengthFix::AsIs {
+        if let Ok((Some(n), 2..)) = content_length_pieces(head.values("content-length")) {
+            head.length = LengthFix::Once(n);
         }
     }
-    let mut parts = http::Response::new(()).into_parts().0;
-    parts.status = status;
-    parts.version = version;
-    parts.headers = headers;
-    Ok(Some(Head {
-        parts,
-        body,
-        keep_alive,
-    }))
+    Ok(Some(head))
 }
 
 /// The items of a comma-separated header value (`Connection`, say), trimmed.
@@ -161,21 +259,15 @@ pub fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
-fn last_coding_is_chunked(h: &HeaderMap) -> bool {
-    h.get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|v| tokens(v.as_bytes()).next_back())
-        .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
-}
-
 /// The message's `Content-Length` (every value and list element must be the same
 /// number), and in how many pieces (values and list elements) it was written.
-pub(super) fn content_length_pieces(h: &HeaderMap) -> Result<(Option<u64>, usize), ParseError> {
+pub(super) fn content_length_pieces<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> Result<(Option<u64>, usize), ParseError> {
     let mut found = None;
     let mut pieces = 0;
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in tokens(v.as_bytes()) {
+    for v in values {
+        for part in tokens(v) {
             pieces += 1;
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(ParseError::Length);

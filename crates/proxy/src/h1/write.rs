@@ -55,7 +55,13 @@ pub fn encode_request_head(parts: &http::request::Parts, framing: ReqFraming, ou
 pub fn request_framing(headers: &mut HeaderMap, empty: bool, exact: Option<u64>) -> ReqFraming {
     // `Content-Length: 3, 3` (or the header twice) is one length written several times:
     // the gear gets it once (RFC 9110 §8.6).
-    let (declared, pieces) = content_length_pieces(headers).unwrap_or((None, 0));
+    let (declared, pieces) = content_length_pieces(
+        headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    )
+    .unwrap_or((None, 0));
     let once = pieces == 1;
     match (empty, exact) {
         (true, _) if declared == Some(0) => {

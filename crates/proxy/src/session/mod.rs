@@ -214,14 +214,14 @@ impl ConnState {
     /// §15.2: a proxy forwards 1xx responses). hyper's server cannot send one: the
     /// socket wrapper writes it at the next moment hyper has nothing buffered.
     pub fn push_interim(&self, head: &crate::h1::Head) {
-        let mut headers = head.parts.headers.clone();
+        let mut headers = head.headers();
         crate::forward::remove_hop_headers(&mut headers);
         let mut out = match self.interim.swap(None) {
             // Several in a row before the socket took the first.
             Some(prev) => Arc::unwrap_or_clone(prev),
             None => bytes::BytesMut::new(),
         };
-        crate::h1::encode_interim(head.parts.status, &headers, &mut out);
+        crate::h1::encode_interim(head.status, &headers, &mut out);
         self.interim.store(Some(Arc::new(out)));
         self.has_interim.store(true, Ordering::Release);
     }

@@ -125,12 +125,12 @@ pub async fn send(
 /// An interim response to pass on: `1xx`, but not `101` (final for the exchange) nor
 /// `100` (the balancer sends its own when it starts reading the client's body).
 fn is_interim(h: &Head) -> bool {
-    h.parts.status.is_informational() && h.parts.status != http::StatusCode::SWITCHING_PROTOCOLS
+    h.status.is_informational() && h.status != http::StatusCode::SWITCHING_PROTOCOLS
 }
 
 fn forward_interim(interim: Interim<'_>, h: &Head) {
     if let Some(f) = interim {
-        if h.parts.status != http::StatusCode::CONTINUE {
+        if h.status != http::StatusCode::CONTINUE {
             f(h);
         }
     }

@@ -50,7 +50,7 @@ async fn interim_responses_are_handed_on_but_100_continue() {
         .build();
     let mut conn = mock_conn(io);
     let seen = std::sync::Mutex::new(Vec::new());
-    let sink = |h: &Head| seen.lock().unwrap().push(h.parts.status.as_u16());
+    let sink = |h: &Head| seen.lock().unwrap().push(h.status.as_u16());
     let req = hyper::Request::get("/")
         .header("host", "x")
         .body(ReqBody::Empty)
@@ -58,7 +58,7 @@ async fn interim_responses_are_handed_on_but_100_continue() {
     let a = send(&mut conn, outgoing(req), &limits(60, 60), Some(&sink))
         .await
         .unwrap();
-    assert_eq!(a.head.parts.status, 200);
+    assert_eq!(a.head.status, 200);
     assert_eq!(*seen.lock().unwrap(), [103, 102]);
 
     let flood: Vec<u8> = b"HTTP/1.1 103 Early Hints\r\n\r\n".repeat(MAX_INTERIM + 1);
@@ -90,7 +90,7 @@ async fn a_refusal_while_the_body_waits_on_the_client_stops_the_upload() {
     let mut conn = mock_conn(io);
     let (_client, req) = post6();
     let a = send(&mut conn, req, &limits(60, 60), None).await.unwrap();
-    assert_eq!(a.head.parts.status, 413);
+    assert_eq!(a.head.status, 413);
     assert!(!a.head.keep_alive);
     assert!(a.upload.is_none());
 }
@@ -111,7 +111,7 @@ async fn an_answer_before_a_broken_upload_is_the_response() {
         .await
         .unwrap();
     let a = send(&mut conn, req, &limits(60, 60), None).await.unwrap();
-    assert_eq!(a.head.parts.status, 401);
+    assert_eq!(a.head.status, 401);
     assert!(!a.head.keep_alive && a.upload.is_none());
 }
 
@@ -133,7 +133,7 @@ async fn a_success_before_the_whole_body_goes_on_at_once_and_the_rest_is_bounded
     client.send_data(Bytes::from_static(b"abc")).await.unwrap();
     let wait = Arc::new(limits(60, 2));
     let a = send(&mut conn, req, &wait, None).await.unwrap();
-    assert_eq!(a.head.parts.status, 302);
+    assert_eq!(a.head.status, 302);
     assert!(a.head.keep_alive, "the head allows reuse ...");
     let mut body = UpBody::new(conn, &a.head, a.upload, Some(wait.clone()));
     assert!(next_data(&mut body).await.is_none());
