@@ -51,6 +51,8 @@
 mod attempt;
 pub mod body;
 pub mod clock;
+mod direct;
+mod dispatch;
 mod downstream;
 mod error;
 pub mod forward;

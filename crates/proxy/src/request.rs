@@ -12,24 +12,36 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::attempt::{idempotent, send_once, Replay, Sending};
+use super::attempt::{idempotent, Replay};
 use super::body::ProxyBody;
+use super::dispatch::{dispatch, Dispatch, Dispatched};
 use super::error::{error_response, ForwardError};
 use super::forward;
 use super::h1;
 use super::respond::{endpoint_upgrade, respond, usable, Exchanged, ForClient};
-use super::shared::{InFlight, Settings};
-use super::upstream::{self, Answer, Check, Outgoing, ReqBody, RetryType};
+use super::shared::Settings;
+use super::upstream::{self, Check, Outgoing, ReqBody};
 use super::wait::Wait;
 use crate::router::Target;
 use crate::session::{ConnState, FrontendRequest};
 use gearlb_core::routing::sticky::Sticky;
 
 /// What a request line in the log needs, taken before the request is consumed.
-struct LogLine {
+pub(super) struct LogLine {
     started: Instant,
     method: Method,
     path: String,
+}
+
+impl LogLine {
+    /// Only a wanted log line costs a clock read and a copy of the path.
+    pub(super) fn wanted(settings: &Settings, method: &Method, path: &str) -> Option<LogLine> {
+        (settings.log_requests || tracing::enabled!(tracing::Level::DEBUG)).then(|| LogLine {
+            started: Instant::now(),
+            method: method.clone(),
+            path: path.to_string(),
+        })
+    }
 }
 
 pub(super) async fn handle(
@@ -38,29 +50,42 @@ pub(super) async fn handle(
     wait: Arc<Wait>,
 ) -> Response<ProxyBody> {
     let conn = &frontend.0;
-    let ctx = &conn.ctx;
-    let settings = ctx.settings.load_full();
-    // Only a wanted log line costs a clock read and a copy of the path.
-    let log =
-        (settings.log_requests || tracing::enabled!(tracing::Level::DEBUG)).then(|| LogLine {
-            started: Instant::now(),
-            method: req.method().clone(),
-            path: req.uri().path().to_string(),
-        });
+    let settings = conn.ctx.settings.load_full();
+    let log = LogLine::wanted(&settings, req.method(), req.uri().path());
     let (resp, backend) = match forward(conn, &settings, req, &wait).await {
         Ok((resp, backend)) => (resp, backend),
-        Err((e, backend)) => {
-            if let ForwardError::NoBackend = e {
-                ctx.stats.no_backend.fetch_add(1, Ordering::Relaxed);
-            } else {
-                debug!(backend = %backend_name(&backend), error = %e, "forwarding failed");
-            }
-            (error_response(&e), backend)
-        }
+        Err((e, backend)) => (failed(conn, &e, &backend), backend),
     };
     // The response body says what it waits on once it is polled.
     wait.idle();
-    let status = resp.status().as_u16();
+    answered(conn, &settings, resp.status().as_u16(), &backend, log);
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, body.with_frontend(frontend))
+}
+
+/// The response for a request that got no backend's answer.
+pub(super) fn failed(
+    conn: &ConnState,
+    e: &ForwardError,
+    backend: &Option<Arc<Target>>,
+) -> Response<ProxyBody> {
+    if let ForwardError::NoBackend = e {
+        conn.ctx.stats.no_backend.fetch_add(1, Ordering::Relaxed);
+    } else {
+        debug!(backend = %backend_name(backend), error = %e, "forwarding failed");
+    }
+    error_response(e)
+}
+
+/// A request was answered with `status`: counted, and logged when wanted.
+pub(super) fn answered(
+    conn: &ConnState,
+    settings: &Settings,
+    status: u16,
+    backend: &Option<Arc<Target>>,
+    log: Option<LogLine>,
+) {
+    let ctx = &conn.ctx;
     if status == 101 && conn.own.load(Ordering::Relaxed) {
         // A peer's gossip upgrade: neither a client request nor a client response.
         ctx.stats.requests_total.fetch_sub(1, Ordering::Relaxed);
@@ -75,15 +100,13 @@ pub(super) async fn handle(
     {
         let ms = started.elapsed().as_millis() as u64;
         let client = &conn.client.peer;
-        let backend = backend_name(&backend);
+        let backend = backend_name(backend);
         if settings.log_requests {
             info!(%client, %method, %path, status, %backend, ms, "request");
         } else {
             debug!(%client, %method, %path, status, %backend, ms, "request");
         }
     }
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, body.with_frontend(frontend))
 }
 
 fn backend_name(b: &Option<Arc<Target>>) -> &str {
@@ -232,7 +255,7 @@ async fn forward(
     } else {
         Check::Kernel
     };
-    let mut req = Outgoing {
+    let req = Outgoing {
         head,
         method: parts.method,
         framing,
@@ -244,116 +267,51 @@ async fn forward(
     let push = |h: &h1::Head| conn.push_interim(h);
     let interim: upstream::Interim<'_> =
         (client_version == http::Version::HTTP_11).then_some(&push);
-    let mut tried: Vec<Arc<Target>> = Vec::new();
-    let mut last_error = ForwardError::NoBackend;
-    let mut last: Option<Arc<Target>> = None;
-
-    for attempt in 0..=settings.retries {
-        let chosen = match (&pinned, attempt) {
-            (Some(p), 0) => Some(p.clone()),
-            (None, 0) => router
-                .load()
-                .select_for(&conn.affinity, settings.connection_affinity)
-                .cloned(),
-            _ => router.load().select_excluding(&tried).cloned(),
-        };
-        let Some(backend) = chosen else { break };
-        last = Some(backend.clone());
-        if let Some(slots) = &backend.slots {
-            if !take_slot(slots, &backend, settings.queue_timeout).await {
-                return Err((ForwardError::QueueTimeout(settings.queue_timeout), last));
-            }
+    let d = Dispatch {
+        conn,
+        settings,
+        router,
+        ejections,
+        pinned: pinned.clone(),
+        check,
+        replay: replay.as_ref(),
+        wait,
+        interim,
+    };
+    let Dispatched {
+        head,
+        upload,
+        conn: up,
+        backend,
+        flight,
+    } = dispatch(&d, req).await?;
+    let last = Some(backend.clone());
+    let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
+        Ok(c) => c,
+        Err(why) => {
+            drop(up);
+            backend
+                .stats
+                .response_errors
+                .fetch_add(1, Ordering::Relaxed);
+            return Err((ForwardError::BadResponse(why), last));
         }
-        // Gives the slot back when the response is over.
-        let flight = InFlight::start(backend.clone());
-        let attempt_started = Instant::now();
-        let sending = Sending {
-            check,
-            replay: replay.as_ref(),
-            wait,
-            interim,
-        };
-        match send_once(settings, &backend, req, &sending).await {
-            Ok((Answer { head, upload }, up)) => {
-                backend.stats.response_head(attempt_started.elapsed());
-                ctx.passive_success(&backend);
-                let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
-                    Ok(c) => c,
-                    Err(why) => {
-                        drop(up);
-                        backend
-                            .stats
-                            .response_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        return Err((ForwardError::BadResponse(why), last));
-                    }
-                };
-                let insert_cookie =
-                    sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
-                let exchanged = Exchanged {
-                    conn: up,
-                    upload,
-                    wait: wait.clone(),
-                    flight,
-                };
-                let client = ForClient {
-                    insert_cookie,
-                    secure,
-                    now,
-                    upgrade: client_upgrade,
-                    codings,
-                };
-                let resp = respond(conn, settings, head, exchanged, client);
-                return Ok((resp, last));
-            }
-            Err(failed) => {
-                // Blame and where to go next are the retry table's (`upstream::retry`).
-                conn.affinity.forget();
-                if failed.blamed {
-                    ctx.passive_failure(ejections, &backend, settings.eject_after);
-                }
-                let e = failed.error;
-                let next = match (failed.retry, failed.unsent, &replay) {
-                    (RetryType::Elsewhere, Some(unsent), _) => {
-                        debug!(backend = %backend.name(), error = %e, "backend unreachable, trying another");
-                        *unsent
-                    }
-                    (RetryType::ReplayElsewhere, _, Some(r)) => {
-                        debug!(backend = %backend.name(), error = %e, "backend failed, replaying elsewhere");
-                        r.request()
-                    }
-                    _ => return Err((e, last)),
-                };
-                backend.stats.redispatches.fetch_add(1, Ordering::Relaxed);
-                req = next;
-                last_error = e;
-            }
-        }
-        tried.push(backend);
-    }
-    Err((last_error, last))
-}
-
-/// A slot on a backend with a connection limit: at once when one is free, else after
-/// the requests queued before this one (FIFO), within `timeout`; false at the timeout.
-/// The slot is the request's [`InFlight`]'s to give back.
-pub(crate) async fn take_slot(
-    slots: &tokio::sync::Semaphore,
-    backend: &Target,
-    timeout: std::time::Duration,
-) -> bool {
-    if let Ok(slot) = slots.try_acquire() {
-        slot.forget();
-        return true;
-    }
-    backend.queued.fetch_add(1, Ordering::Relaxed);
-    let slot = tokio::time::timeout(timeout, slots.acquire()).await;
-    backend.queued.fetch_sub(1, Ordering::Relaxed);
-    match slot {
-        Ok(Ok(slot)) => {
-            slot.forget();
-            true
-        }
-        _ => false,
-    }
+    };
+    let insert_cookie =
+        sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
+    let exchanged = Exchanged {
+        conn: up,
+        upload,
+        wait: wait.clone(),
+        flight,
+    };
+    let client = ForClient {
+        insert_cookie,
+        secure,
+        now,
+        upgrade: client_upgrade,
+        codings,
+    };
+    let resp = respond(conn, settings, head, exchanged, client);
+    Ok((resp, last))
 }

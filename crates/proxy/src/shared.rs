@@ -110,7 +110,7 @@ impl ProxyCtx {
 
 /// Counts a request as outstanding on a backend until dropped. On a backend with
 /// `max_connections` it also holds one of its slots, taken by the caller (see
-/// `request::take_slot`) and given back when dropped.
+/// `dispatch::take_slot`) and given back when dropped.
 pub struct InFlight(Arc<Target>);
 
 impl InFlight {

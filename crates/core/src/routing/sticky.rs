@@ -121,6 +121,14 @@ impl Sticky {
         found
     }
 
+    /// One `Cookie` field's value without the cookie: its value (the first found) and
+    /// the field's other pairs (empty when nothing else is left); `None` when the field
+    /// does not carry it. What [`Sticky::take`] does to each field, for heads kept as
+    /// bytes.
+    pub fn take_from(&self, field: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+        strip(field, self.name.as_bytes())
+    }
+
     /// The sticky value a cookie carries, if well formed (and, sealed, authentic and
     /// not expired at `now`, Unix seconds).
     pub fn decode(&self, raw: &[u8], now: u64) -> Option<String> {

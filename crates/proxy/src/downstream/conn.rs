@@ -10,7 +10,9 @@
 //! in one piece.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -26,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::lane::{self, LaneEnd};
 use super::linger::{linger, LINGER_READ, LINGER_TOTAL};
 use super::parking::{Handback, ParkedGauge, PARK_AFTER_MS};
 use super::protocol::{detect, h2_settings, Detected};
@@ -122,8 +125,10 @@ async fn serve_http(
     let mut parked = Some(stream);
     let mut _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
     let mut detected = !settings.h2c;
-    let mut h1_conn = None;
+    let mut h1_conn = None::<ClientIo<TcpStream>>.map(&new_h1);
     let mut h1_slot: Option<Arc<OnceLock<(TcpStream, Handback)>>> = None;
+    // The byte path (`lane`), serving plain HTTP/1.1 requests until one is hyper's.
+    let mut lane_conn: Option<Pin<Box<dyn Future<Output = LaneEnd> + Send>>> = None;
     let mut other_conn = None;
     let watchdog = tokio::time::sleep_until(at(clock.now_ms() + head_ms.min(client_ms)));
     tokio::pin!(watchdog);
@@ -176,13 +181,11 @@ async fn serve_http(
                 Ok(Some(Detected::Http1)) | Ok(None) => {
                     detected = true;
                     state.park.store(false, Ordering::Relaxed);
-                    let slot = Arc::new(OnceLock::new());
-                    h1_conn = Some(new_h1(ClientIo::new(
-                        stream,
+                    lane_conn = Some(Box::pin(lane::serve(
                         state.clone(),
-                        Some(slot.clone()),
+                        stream,
+                        shutdown.clone(),
                     )));
-                    h1_slot = Some(slot);
                     // Look again soon: to park once the request is answered.
                     let soon = at(clock.now_ms() + state.tick_ms).min(watchdog.deadline());
                     watchdog.as_mut().reset(soon);
@@ -192,14 +195,15 @@ async fn serve_http(
         }
 
         // An HTTP connection object is running.
-        let is_h1 = h1_conn.is_some();
+        let is_h1 = h1_conn.is_some() || lane_conn.is_some();
         let done = tokio::select! {
             biased;
             res = async {
-                match (h1_conn.as_mut(), other_conn.as_mut()) {
-                    (Some(c), _) => c.as_mut().await.map_err(|e| e.to_string()),
-                    (None, Some(c)) => c.as_mut().await.map_err(|e| e.to_string()),
-                    (None, None) => Ok(()),
+                match (lane_conn.as_mut(), h1_conn.as_mut(), other_conn.as_mut()) {
+                    (Some(l), _, _) => Err(l.as_mut().await),
+                    (None, Some(c), _) => Ok(c.as_mut().await.map_err(|e| e.to_string())),
+                    (None, None, Some(c)) => Ok(c.as_mut().await.map_err(|e| e.to_string())),
+                    (None, None, None) => Ok(Ok(())),
                 }
             } => Some(res),
             _ = &mut watchdog => {
@@ -259,6 +263,42 @@ async fn serve_http(
             }
         };
         let Some(res) = done else { continue };
+        let res = match res {
+            Ok(res) => res,
+            Err(end) => {
+                lane_conn = None;
+                match end {
+                    LaneEnd::Closed => return,
+                    LaneEnd::Hyper(stream, read) => {
+                        let slot = Arc::new(OnceLock::new());
+                        h1_conn = Some(new_h1(ClientIo::with_read(
+                            stream,
+                            state.clone(),
+                            Some(slot.clone()),
+                            read,
+                        )));
+                        h1_slot = Some(slot);
+                        if stopping {
+                            if let Some(c) = h1_conn.as_mut() {
+                                c.as_mut().graceful_shutdown();
+                            }
+                        }
+                    }
+                    LaneEnd::Parked(stream) if !stopping => {
+                        parked = Some(stream);
+                        _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
+                        let next =
+                            check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false);
+                        match next {
+                            Ok(next) => watchdog.as_mut().reset(at(next)),
+                            Err(_) => return,
+                        }
+                    }
+                    LaneEnd::Parked(_) => return,
+                }
+                continue;
+            }
+        };
         if let Err(e) = res {
             debug!(client = %state.client.peer, error = %e, "client connection ended with an error");
         }

@@ -22,6 +22,7 @@
 #![doc = include_str!("LIFECYCLE.md")]
 
 pub(crate) mod conn;
+pub(crate) mod lane;
 pub(crate) mod linger;
 pub(crate) mod parking;
 pub(crate) mod protocol;

@@ -39,6 +39,9 @@ pub(super) struct ClientIo<S> {
     turn: WriteTurn,
     /// An interim response being written, and how much of it went.
     interim: Option<(bytes::Bytes, usize)>,
+    /// Bytes read from the socket before hyper took it (by the byte path,
+    /// [`super::lane`]): hyper reads these first.
+    pre: bytes::BytesMut,
 }
 
 impl<S> ClientIo<S> {
@@ -57,7 +60,26 @@ impl<S> ClientIo<S> {
             closed: false,
             turn: WriteTurn::default(),
             interim: None,
+            pre: bytes::BytesMut::new(),
         }
+    }
+
+    /// The same, for a socket from which `pre` was read already: hyper gets those
+    /// bytes first (counted when they were read).
+    pub(super) fn with_read(
+        inner: S,
+        state: Arc<ConnState>,
+        slot: Option<Arc<OnceLock<(S, Handback)>>>,
+        pre: bytes::BytesMut,
+    ) -> Self {
+        let mut io = ClientIo::new(inner, state, slot);
+        io.pre = pre;
+        io
+    }
+
+    /// The socket, taken back (the byte path hands it to hyper, or parks it).
+    pub(super) fn into_inner(mut self) -> Option<S> {
+        self.inner.take()
     }
 
     fn touch(&self) {
@@ -140,6 +162,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
             // End-of-stream for hyper; the bytes the client may have sent meanwhile stay
             // in the socket for the next connection object.
             this.parked = true;
+            return Poll::Ready(Ok(()));
+        }
+        if !this.pre.is_empty() {
+            let n = this.pre.len().min(buf.remaining());
+            let got = this.pre.split_to(n);
+            buf.put_slice(&got);
+            this.turn.read();
+            push_tail(&mut this.tail, &got);
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();

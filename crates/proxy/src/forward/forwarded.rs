@@ -20,11 +20,11 @@ pub struct ClientInfo {
     /// `http` or `https`.
     pub scheme: &'static str,
     /// The client's IP address as a header value (`X-Forwarded-For`).
-    ip: HeaderValue,
+    pub(super) ip: HeaderValue,
     /// The listener's port as a header value (`X-Forwarded-Port`).
-    port: HeaderValue,
+    pub(super) port: HeaderValue,
     /// The RFC 7239 node of the client: `192.0.2.7`, or `"[2001:db8::1]"`.
-    node: Bytes,
+    pub(super) node: Bytes,
 }
 
 impl ClientInfo {
@@ -163,7 +163,7 @@ fn append_joined(buf: &mut BytesMut, h: &HeaderMap, name: &HeaderName) {
 }
 
 /// RFC 7239 value: a token as is, anything else quoted.
-fn put_forwarded_value(buf: &mut BytesMut, v: &str) {
+pub(super) fn put_forwarded_value(buf: &mut BytesMut, v: &str) {
     let token = !v.is_empty()
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));

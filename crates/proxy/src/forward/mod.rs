@@ -29,6 +29,7 @@
 
 pub mod forwarded;
 pub mod framing;
+pub mod head;
 pub mod hop;
 pub mod request;
 pub mod upgrade;

@@ -13,6 +13,7 @@
 //! body delimited by the connection's end is read to the end and never reused.
 
 mod chunked;
+mod reply;
 mod response;
 mod write;
 
@@ -20,6 +21,7 @@ mod write;
 mod tests;
 
 pub use chunked::{Chunked, Step};
+pub use reply::{declared_trailers, write_local, write_reply, Framing, Reply};
 pub use response::{parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD, MAX_HEADERS};
 pub use write::{
     allowed_trailers, encode_chunk, encode_interim, encode_request_head, last_chunk,

@@ -91,11 +91,9 @@ impl Head {
         self.values(name).next().is_some()
     }
 
-    /// The reason phrase as the backend wrote it.
-    pub fn reason(&self) -> &[u8] {
-        let line = self.raw.split(|&b| b == b'\n').next().unwrap_or_default();
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        line.splitn(3, |&b| b == b' ').nth(2).unwrap_or_default()
+    /// The head's length in bytes.
+    pub fn raw_len(&self) -> usize {
+        self.raw.len()
     }
 
     /// The fields as a `HeaderMap` (the length fixed as it goes on), their values
@@ -195,7 +193,6 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             cl = true;
         }
     }
-    drop(r);
     let raw = buf.split_to(head_len).freeze();
     let mut head = Head {
         status,

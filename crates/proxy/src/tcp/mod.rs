@@ -44,9 +44,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::dispatch::take_slot;
 use crate::downstream::conn::serve_connection;
 use crate::health::EjectSender;
-use crate::request::take_slot;
 use crate::router::{Router, Target};
 use crate::session::Session;
 use crate::shared::{InFlight, ProxyCtx, Settings};

@@ -1,0 +1,205 @@
+//! A request on the byte path, from its head's bytes to its response head's: the
+//! service routed to, the head rewritten as bytes ([`forward::head`]), the backend's
+//! answer ([`super::dispatch`], the same attempts and retries as hyper's requests), and
+//! the client's head written from the answer's bytes ([`h1::write_reply`]), with the
+//! body that follows it. No `HeaderMap` is built on the way but for a local answer (an
+//! error's, a `502`).
+//!
+//! The connection that reads the heads and writes what this returns is
+//! `downstream::lane`; which requests come here is [`forward::head::read`]'s rule.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use http::{header, Method};
+
+use super::attempt::{idempotent, Replay};
+use super::body::ProxyBody;
+use super::dispatch::{dispatch, Dispatch, Dispatched};
+use super::error::ForwardError;
+use super::forward::head::{write_upstream, ClientHead, Rewrite};
+use super::h1;
+use super::h1::{Framing, Reply, ReqFraming};
+use super::request::{answered, failed, LogLine};
+use super::respond::usable;
+use super::session::ConnState;
+use super::shared::Settings;
+use super::upstream::{Check, Outgoing, ReqBody, UpBody};
+use super::wait::Wait;
+use gearlb_core::routing::sticky::Sticky;
+use gearlb_core::time::unix_secs;
+use tokio_util::sync::CancellationToken;
+
+/// The client's response: its head's bytes, how the body follows, the body, and
+/// whether the connection closes after it.
+pub(crate) struct Answer {
+    pub(crate) head: BytesMut,
+    pub(crate) framing: Framing,
+    pub(crate) body: ProxyBody,
+    /// The backend's head, for the trailer fields its `Trailer` field declared.
+    pub(crate) trailers_from: Option<h1::Head>,
+    pub(crate) close: bool,
+}
+
+/// Answer the request whose head is `h` (taken by [`forward::head::read`]).
+pub(crate) async fn serve(
+    conn: &Arc<ConnState>,
+    h: &ClientHead<'_, '_>,
+    wait: &Arc<Wait>,
+    stop: &CancellationToken,
+) -> Answer {
+    let settings = conn.ctx.settings.load_full();
+    let log = LogLine::wanted(&settings, &h.method, h.path());
+    let head_request = h.method == Method::HEAD;
+    let answer = match forward(conn, &settings, h, wait, stop).await {
+        Ok(a) => a,
+        Err((e, backend)) => {
+            wait.idle();
+            let resp = failed(conn, &e, &backend);
+            let status = resp.status().as_u16();
+            answered(conn, &settings, status, &backend, log);
+            return local(resp, head_request, h.close || stop.is_cancelled());
+        }
+    };
+    wait.idle();
+    answered(conn, &settings, answer.1, &answer.2, log);
+    answer.0
+}
+
+type Forwarded = (Answer, u16, Option<Arc<super::router::Target>>);
+type Failure = (ForwardError, Option<Arc<super::router::Target>>);
+
+async fn forward(
+    conn: &Arc<ConnState>,
+    settings: &Settings,
+    h: &ClientHead<'_, '_>,
+    wait: &Arc<Wait>,
+    stop: &CancellationToken,
+) -> Result<Forwarded, Failure> {
+    let ctx = &conn.ctx;
+    let service = match &*ctx.services.load() {
+        None => None,
+        Some(services) => match services.lookup(h.host, h.path()) {
+            Some(s) => Some(s.clone()),
+            None => return Err((ForwardError::NoRoute, None)),
+        },
+    };
+    let (router, settings, ejections) = match &service {
+        Some(s) => (&*s.router, &*s.settings, &s.ejections),
+        None => (&*ctx.router, settings, ctx.ejections()),
+    };
+    let sticky = settings.sticky.as_ref();
+    let secure = conn.client.scheme == "https"
+        || (settings.trust_forwarded
+            && h.value("x-forwarded-proto")
+                .is_some_and(|v| v.eq_ignore_ascii_case(b"https")));
+    let mut out = BytesMut::new();
+    let rewrite = Rewrite {
+        client: &conn.client,
+        trust_forwarded: settings.trust_forwarded,
+        set: settings.forwarded_headers,
+        sticky,
+    };
+    let cookie = write_upstream(h, &rewrite, &mut out);
+    let head = out.freeze();
+
+    // Wall-clock time only matters to sealed cookies.
+    let sealed = sticky.is_some_and(Sticky::is_sealed);
+    let now = if sealed { unix_secs() } else { 0 };
+    let pinned = match (sticky, cookie) {
+        (Some(s), Some(raw)) => s
+            .decode(&raw, now)
+            .and_then(|v| router.load().sticky_target(&v).cloned()),
+        _ => None,
+    };
+    let outgoing = || Outgoing {
+        head: head.clone(),
+        method: h.method.clone(),
+        framing: ReqFraming::Empty,
+        body: ReqBody::Empty,
+    };
+    let replay = idempotent(&h.method).then(|| Replay(outgoing()));
+    let check = if replay.is_some() {
+        Check::Recorded
+    } else {
+        Check::Kernel
+    };
+    let push = |hd: &h1::Head| conn.push_interim(hd);
+    let d = Dispatch {
+        conn,
+        settings,
+        router,
+        ejections,
+        pinned: pinned.clone(),
+        check,
+        replay: replay.as_ref(),
+        wait,
+        interim: Some(&push),
+    };
+    let Dispatched {
+        head,
+        upload,
+        conn: up,
+        backend,
+        flight,
+    } = dispatch(&d, outgoing()).await?;
+    let last = Some(backend.clone());
+    let codings = match usable(&head, None, http::Version::HTTP_11) {
+        Ok(c) => c,
+        Err(why) => {
+            drop(up);
+            let errors = &backend.stats.response_errors;
+            errors.fetch_add(1, Ordering::Relaxed);
+            return Err((ForwardError::BadResponse(why), last));
+        }
+    };
+    backend.stats.response(head.status.as_u16());
+    let insert = sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
+    let set_cookie = insert.and_then(|s| s.set_cookie(&backend.sticky, secure, now));
+    let reply = Reply {
+        head_request: h.method == Method::HEAD,
+        codings: codings.as_ref().map(|c| c.as_bytes()),
+        strip_cookie: sticky.map(Sticky::name),
+        set_cookie: set_cookie.as_ref().map(|c| c.as_bytes()),
+        // At the stop, the request in flight is answered and the connection closes.
+        close: h.close || stop.is_cancelled(),
+    };
+    let mut bytes = BytesMut::new();
+    let framing = h1::write_reply(&head, &reply, &mut bytes);
+    let status = head.status.as_u16();
+    let body = UpBody::new(up, &head, upload, Some(wait.clone()));
+    let trailers_from = (framing == Framing::Chunked && head.contains("trailer")).then_some(head);
+    let answer = Answer {
+        head: bytes,
+        framing,
+        body: ProxyBody::upstream(body, flight),
+        trailers_from,
+        close: reply.close,
+    };
+    Ok((answer, status, last))
+}
+
+/// A response the balancer makes itself, written as hyper would.
+fn local(resp: http::Response<ProxyBody>, head_request: bool, close: bool) -> Answer {
+    let (parts, body) = resp.into_parts();
+    let close = close
+        || parts
+            .headers
+            .get(header::CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let len = http_body::Body::size_hint(&body).exact().unwrap_or(0);
+    let mut out = BytesMut::new();
+    h1::write_local(parts.status, &parts.headers, len, close, &mut out);
+    Answer {
+        head: out,
+        framing: if head_request {
+            Framing::Empty
+        } else {
+            Framing::Length(len)
+        },
+        body,
+        trailers_from: None,
+        close,
+    }
+}

@@ -1,0 +1,322 @@
+//! A client's HTTP/1.1 request head kept as bytes, for the byte path of the
+//! downstream connection (`downstream::lane`): read once with `httparse` into slices
+//! of the connection's buffer, judged ([`read`]: taken, or left to hyper), and written
+//! to the backend as its own fields with the balancer's edits ([`write_upstream`]).
+//!
+//! The byte path takes the plain, common request only: HTTP/1.1, origin-form target,
+//! one `Host`, no body (no `Content-Length`, no `Transfer-Encoding`), no `Expect`, no
+//! upgrade, no `TE`, and a `Connection` field that says only `close` or `keep-alive`.
+//! Anything else ([`Read::Other`]) goes to hyper's server with the bytes read so far,
+//! where every rule of [`super::request`] applies: the byte path decides nothing those
+//! rules would decide differently.
+//!
+//! The edits are those of [`super::prepare_request`] on the same request: hop-by-hop
+//! fields dropped, the sticky cookie taken out of `Cookie`, the forwarding fields set
+//! ([`super::forwarded`]'s rules, trust included). The fields keep their order (names
+//! in lower case, as hyper and HAProxy write them); the forwarding fields the balancer
+//! sets come last.
+
+use bytes::{BufMut, BytesMut};
+use http::Method;
+
+use super::forwarded::{put_forwarded_value, ClientInfo};
+use crate::h1;
+use gearlb_core::config::ForwardedHeaders;
+use gearlb_core::routing::sticky::Sticky;
+
+/// Most fields a head the byte path takes may have (more: hyper's, which allows 100).
+pub const LANE_FIELDS: usize = 48;
+
+/// Longest head the byte path waits for; a longer one goes to hyper with what was read.
+pub const LANE_HEAD_MAX: usize = 16 * 1024;
+
+/// What the start of a connection's buffer holds.
+pub enum Read<'h, 'b> {
+    /// Part of a head that the byte path may still take: read more.
+    Partial,
+    /// A head (or bytes) for hyper's server.
+    Other,
+    /// A complete head the byte path takes.
+    Head(ClientHead<'h, 'b>),
+}
+
+/// Which of the fields the balancer sets or edits a head carries.
+#[derive(Debug, Default, Clone, Copy)]
+struct Present {
+    xff: bool,
+    proto: bool,
+    host: bool,
+    port: bool,
+    forwarded: bool,
+    cookie: bool,
+}
+
+/// A complete request head the byte path takes: slices of the connection's buffer.
+pub struct ClientHead<'h, 'b> {
+    /// The head's length in the buffer (what follows is the next request's).
+    pub len: usize,
+    pub method: Method,
+    /// Origin-form: path and query, as sent.
+    pub target: &'b str,
+    /// The `Host` field's value.
+    pub host: &'b str,
+    /// The client asked to close after this response (`Connection: close`).
+    pub close: bool,
+    fields: &'h [httparse::Header<'b>],
+    present: Present,
+}
+
+impl ClientHead<'_, '_> {
+    /// The target's path (what routes match on).
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or(self.target)
+    }
+
+    /// The value of the (last) field `name`, lower case.
+    pub fn value(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .rev()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+}
+
+/// A field value `HeaderValue::to_str` takes: visible ASCII, spaces and tabs.
+fn is_text(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+}
+
+/// Read the head at the start of `buf`, its fields into `slots`; `credential` is the
+/// balancers' own protocol's header (such a request is hyper's path's to refuse).
+pub fn read<'h, 'b>(
+    buf: &'b [u8],
+    slots: &'h mut [httparse::Header<'b>; LANE_FIELDS],
+    credential: &str,
+) -> Read<'h, 'b> {
+    let mut r = httparse::Request::new(slots);
+    let len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < LANE_HEAD_MAX => return Read::Partial,
+        _ => return Read::Other,
+    };
+    let (Some(m), Some(target), Some(1)) = (r.method, r.path, r.version) else {
+        return Read::Other;
+    };
+    let Ok(method) = Method::from_bytes(m.as_bytes()) else {
+        return Read::Other;
+    };
+    // What hyper's parser would make of the target, or refuse: the byte path forwards
+    // exactly what it accepts (a fragment would be cut by it: left to it).
+    if method == Method::CONNECT
+        || !target.starts_with('/')
+        || target.contains('#')
+        || http::uri::PathAndQuery::try_from(target).is_err()
+    {
+        return Read::Other;
+    }
+    let fields: &'h [httparse::Header<'b>] = r.headers;
+    let mut host = None;
+    let mut close = false;
+    let mut present = Present::default();
+    for f in fields {
+        let name = f.name.as_bytes();
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        match name.len() {
+            4 if is("host") => {
+                if host.is_some() || !is_text(f.value) {
+                    return Read::Other;
+                }
+                host = std::str::from_utf8(f.value).ok();
+            }
+            6 if is("cookie") => present.cookie = true,
+            6 if is("expect") => return Read::Other,
+            2 if is("te") => return Read::Other,
+            7 if is("upgrade") || is("trailer") => return Read::Other,
+            9 if is("forwarded") => present.forwarded = true,
+            10 if is("connection") => {
+                for t in h1::tokens(f.value) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if !(t.is_empty() || t.eq_ignore_ascii_case(b"keep-alive")) {
+                        // Fields named to be dropped, an upgrade: hyper's path.
+                        return Read::Other;
+                    }
+                }
+            }
+            14 if is("content-length") => return Read::Other,
+            15 if is("x-forwarded-for") => present.xff = true,
+            16 if is("x-forwarded-host") || is("x-forwarded-port") => {
+                present.host |= is("x-forwarded-host");
+                present.port |= is("x-forwarded-port");
+            }
+            17 if is("transfer-encoding") || is("x-forwarded-proto") => {
+                if is("transfer-encoding") {
+                    return Read::Other;
+                }
+                present.proto = true;
+            }
+            _ if name.eq_ignore_ascii_case(credential.as_bytes()) => return Read::Other,
+            _ => {}
+        }
+    }
+    let Some(host) = host else {
+        return Read::Other;
+    };
+    Read::Head(ClientHead {
+        len,
+        method,
+        target,
+        host,
+        close,
+        fields,
+        present,
+    })
+}
+
+/// How the head is rewritten for the backend.
+pub struct Rewrite<'a> {
+    pub client: &'a ClientInfo,
+    pub trust_forwarded: bool,
+    pub set: ForwardedHeaders,
+    pub sticky: Option<&'a Sticky>,
+}
+
+/// Hop-by-hop fields a head the byte path takes may carry: dropped.
+fn is_hop(name: &str) -> bool {
+    name.eq_ignore_ascii_case("connection")
+        || name.eq_ignore_ascii_case("keep-alive")
+        || name.eq_ignore_ascii_case("proxy-connection")
+        || name.eq_ignore_ascii_case("proxy-authenticate")
+}
+
+fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    // Names go in lower case, as hyper (and HAProxy) write them.
+    let at = out.len();
+    out.put_slice(name);
+    out[at..].make_ascii_lowercase();
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// Join the text values of field `name` with `", "` (as `forwarded::append_joined`).
+fn joined(h: &ClientHead<'_, '_>, name: &str, out: &mut BytesMut) {
+    let mut first = true;
+    for f in h
+        .fields
+        .iter()
+        .filter(|f| f.name.eq_ignore_ascii_case(name))
+    {
+        if !is_text(f.value) {
+            continue;
+        }
+        if !first {
+            out.put_slice(b", ");
+        }
+        first = false;
+        out.put_slice(f.value);
+    }
+}
+
+/// Write the head the backend gets to `out`: the request line as HTTP/1.1, the
+/// client's fields with the edits, the forwarding fields. Returns the sticky cookie's
+/// value, when the client sent one (the first found; every copy is taken out).
+pub fn write_upstream(
+    h: &ClientHead<'_, '_>,
+    rw: &Rewrite<'_>,
+    out: &mut BytesMut,
+) -> Option<Vec<u8>> {
+    let set = rw.set;
+    let trust = rw.trust_forwarded;
+    let p = h.present;
+    // A field the balancer may set is kept as sent when trusted and (not set by it, or
+    // already there); otherwise dropped, and set by the balancer if it sets it.
+    let keeps = |sets: bool, present: bool| trust && (!sets || present);
+    let keep_proto = keeps(set.x_forwarded_proto, p.proto);
+    let keep_host = keeps(set.x_forwarded_host, p.host);
+    let keep_port = keeps(set.x_forwarded_port, p.port);
+    let keep_forwarded = if set.forwarded { false } else { trust };
+    let mut len = h.method.as_str().len() + h.target.len() + 160;
+    for f in h.fields {
+        len += f.name.len() + f.value.len() + 4;
+    }
+    out.reserve(len);
+    out.put_slice(h.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(h.target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    let mut cookie = None;
+    for f in h.fields {
+        let name = f.name;
+        let drop = match name.len() {
+            6 if p.cookie && rw.sticky.is_some() && name.eq_ignore_ascii_case("cookie") => {
+                let sticky = rw.sticky.expect("checked");
+                match sticky.take_from(f.value) {
+                    None => false,
+                    Some((value, rest)) => {
+                        cookie.get_or_insert(value);
+                        if !rest.is_empty() {
+                            put_field(out, name.as_bytes(), &rest);
+                        }
+                        true
+                    }
+                }
+            }
+            9 if name.eq_ignore_ascii_case("forwarded") => !keep_forwarded,
+            15 if set.x_forwarded_for && name.eq_ignore_ascii_case("x-forwarded-for") => true,
+            16 if name.eq_ignore_ascii_case("x-forwarded-host") => !keep_host,
+            16 if name.eq_ignore_ascii_case("x-forwarded-port") => !keep_port,
+            17 if name.eq_ignore_ascii_case("x-forwarded-proto") => !keep_proto,
+            _ => is_hop(name),
+        };
+        if !drop {
+            put_field(out, name.as_bytes(), f.value);
+        }
+    }
+    let client = rw.client;
+    if set.x_forwarded_for {
+        out.put_slice(b"x-forwarded-for: ");
+        let at = out.len();
+        if p.xff {
+            joined(h, "x-forwarded-for", out);
+        }
+        if out.len() > at {
+            out.put_slice(b", ");
+        }
+        out.put_slice(client.ip.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    if set.x_forwarded_proto && !keep_proto {
+        put_field(out, b"x-forwarded-proto", client.scheme.as_bytes());
+    }
+    if set.x_forwarded_host && !keep_host {
+        put_field(out, b"x-forwarded-host", h.host.as_bytes());
+    }
+    if set.x_forwarded_port && !keep_port {
+        put_field(out, b"x-forwarded-port", client.port.as_bytes());
+    }
+    if set.forwarded {
+        out.put_slice(b"forwarded: ");
+        if trust && p.forwarded {
+            let at = out.len();
+            joined(h, "forwarded", out);
+            if out.len() > at {
+                out.put_slice(b", ");
+            }
+        }
+        out.put_slice(b"for=");
+        out.put_slice(&client.node);
+        out.put_slice(b";host=");
+        put_forwarded_value(out, h.host);
+        out.put_slice(b";proto=");
+        out.put_slice(client.scheme.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+    cookie
+}
+
+#[cfg(test)]
+#[path = "head_tests.rs"]
+mod tests;
