@@ -55,7 +55,9 @@
 #   idle_memory    resident memory (VmRSS) with IDLE_CONNS idle keep-alive clients
 #   instructions   the proxy's user-space instructions per request, counted by valgrind
 #                  (callgrind) over INSTR_REQUESTS requests: the same count whatever the
-#                  host is doing, where req/s moves 10% from round to round
+#                  host is doing, where req/s moves 10% from round to round;
+#                  KEEP_CALLGRIND=DIR keeps each run's callgrind dump there (read it
+#                  with callgrind_annotate --inclusive=yes for a request's budget)
 #
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
 #   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
@@ -996,6 +998,10 @@ scenario_instructions() {
     # The dump is written at the target's next turn; the first one is numbered .1.
     dump="$TMP/callgrind.$pid.1"
     wait_until 30 "callgrind dump $dump" "$pid" test -s "$dump"
+    if [[ -n ${KEEP_CALLGRIND:-} ]]; then
+        mkdir -p "$KEEP_CALLGRIND"
+        cp "$dump" "$KEEP_CALLGRIND/callgrind.$1.$(date +%s)"
+    fi
     ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
     [[ -n $ir ]] || die "no instruction total in $dump"
     read -r ok errors < <(oha_tally "$out")

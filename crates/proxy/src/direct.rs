@@ -94,7 +94,7 @@ async fn forward(
         || (settings.trust_forwarded
             && h.value("x-forwarded-proto")
                 .is_some_and(|v| v.eq_ignore_ascii_case(b"https")));
-    let mut out = BytesMut::new();
+    let mut out = BytesMut::with_capacity(h.len + 256);
     let rewrite = Rewrite {
         client: &conn.client,
         trust_forwarded: settings.trust_forwarded,
@@ -165,11 +165,11 @@ async fn forward(
         // At the stop, the request in flight is answered and the connection closes.
         close: h.close || stop.is_cancelled(),
     };
-    let mut bytes = BytesMut::new();
+    let mut bytes = BytesMut::with_capacity(head.raw_len() + 160);
     let framing = h1::write_reply(&head, &reply, &mut bytes);
     let status = head.status.as_u16();
     let body = UpBody::new(up, &head, upload, Some(wait.clone()));
-    let trailers_from = (framing == Framing::Chunked && head.contains("trailer")).then_some(head);
+    let trailers_from = (framing == Framing::Chunked && head.has_trailer()).then_some(head);
     let answer = Answer {
         head: bytes,
         framing,

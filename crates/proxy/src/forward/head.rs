@@ -64,9 +64,23 @@ pub struct ClientHead<'h, 'b> {
     pub close: bool,
     fields: &'h [httparse::Header<'b>],
     present: Present,
+    /// The bytes the head was read from.
+    buf: &'b [u8],
 }
 
-impl ClientHead<'_, '_> {
+impl<'b> ClientHead<'_, 'b> {
+    /// A field's whole line as it came, when it is `name: value\r\n` exactly.
+    fn line(&self, f: &httparse::Header<'b>) -> Option<&'b [u8]> {
+        let base = self.buf.as_ptr() as usize;
+        let n0 = (f.name.as_ptr() as usize).checked_sub(base)?;
+        let v0 = (f.value.as_ptr() as usize).checked_sub(base)?;
+        let (n1, v1) = (n0 + f.name.len(), v0 + f.value.len());
+        let ok = v0 == n1 + 2
+            && self.buf.get(n1..v0) == Some(&b": "[..])
+            && self.buf.get(v1..v1 + 2) == Some(&b"\r\n"[..]);
+        ok.then(|| &self.buf[n0..v1 + 2])
+    }
+
     /// The target's path (what routes match on).
     pub fn path(&self) -> &str {
         self.target.split('?').next().unwrap_or(self.target)
@@ -171,6 +185,7 @@ pub fn read<'h, 'b>(
         close,
         fields,
         present,
+        buf,
     })
 }
 
@@ -271,7 +286,14 @@ pub fn write_upstream(
             _ => is_hop(name),
         };
         if !drop {
-            put_field(out, name.as_bytes(), f.value);
+            match h.line(f) {
+                Some(line) => {
+                    let at = out.len();
+                    out.put_slice(line);
+                    out[at..at + name.len()].make_ascii_lowercase();
+                }
+                None => put_field(out, name.as_bytes(), f.value),
+            }
         }
     }
     let client = rw.client;

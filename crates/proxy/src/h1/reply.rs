@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, BytesMut};
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
-use super::response::{tokens, BodyLen, Head, LengthFix};
+use super::response::{is_text, tokens, BodyLen, Field, Head, Kind, LengthFix};
 
 /// How the client's response is written, beyond its head.
 pub struct Reply<'a> {
@@ -43,26 +43,12 @@ pub enum Framing {
     Chunked,
 }
 
-/// Fields that never go on (RFC 9110 §7.6.1), as `forward::remove_hop_headers`.
-const HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authenticate",
-];
-
-/// Whether field `name` is hop-by-hop for this head (fixed, or named by its
-/// `Connection` field).
-fn is_hop(head: &Head, name: &[u8]) -> bool {
-    if HOP.iter().any(|h| name.eq_ignore_ascii_case(h.as_bytes())) {
-        return true;
-    }
-    head.values("connection")
-        .filter(|v| std::str::from_utf8(v).is_ok())
-        .flat_map(tokens)
+/// Whether field `name` is one `head`'s `Connection` names to be dropped (beyond the
+/// fixed hop-by-hop fields, known by their [`Kind`]), as `forward::remove_hop_headers`.
+fn named_by_connection(head: &Head, name: &[u8]) -> bool {
+    head.spans()
+        .filter(|f| f.kind == Kind::Connection && is_text(f.value))
+        .flat_map(|f| tokens(f.value))
         .any(|t| {
             !(t.is_empty()
                 || t.eq_ignore_ascii_case(b"close")
@@ -83,6 +69,18 @@ fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.put_slice(b"\r\n");
 }
 
+/// A field as it came, in one copy when its line is `name: value\r\n` already.
+fn put_line(out: &mut BytesMut, f: &Field<'_>) {
+    match f.line {
+        Some(line) => {
+            let at = out.len();
+            out.put_slice(line);
+            out[at..at + f.name.len()].make_ascii_lowercase();
+        }
+        None => put_field(out, f.name, f.value),
+    }
+}
+
 /// Write the client's response head for `head` to `out`; returns how its body goes.
 pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
     let status = head.status;
@@ -95,7 +93,7 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         BodyLen::Length(n) => Framing::Length(n),
         BodyLen::Chunked | BodyLen::Close => Framing::Chunked,
     };
-    out.reserve(head.raw_len() + 96);
+    out.reserve(head.raw_len() + 160);
     if status == StatusCode::OK {
         out.put_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
@@ -105,52 +103,48 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         out.put_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
         out.put_slice(b"\r\n");
     }
-    // Some hop-by-hop field is there: the slower look at each name.
-    let hops = head
-        .fields()
-        .any(|(n, _)| HOP.iter().any(|h| n.eq_ignore_ascii_case(h.as_bytes())));
+    // A bodiless answer keeps its length only for HEAD; a chunked one has none.
+    let keep_length = match framing {
+        Framing::Length(_) => true,
+        Framing::Empty => r.head_request,
+        Framing::Chunked => false,
+    };
     let (mut date, mut cache_control, mut length_done) = (false, false, false);
-    for (name, value) in head.fields() {
-        match name.len() {
-            4 if name.eq_ignore_ascii_case(b"date") => date = true,
+    for f in head.spans() {
+        match f.kind {
+            Kind::Hop | Kind::Connection | Kind::TransferEncoding => continue,
+            Kind::Date => date = true,
+            Kind::CacheControl => cache_control = true,
             // Only where a chunked body could carry them (as hyper).
-            7 if no_body && name.eq_ignore_ascii_case(b"trailer") => continue,
-            10 if r.strip_cookie.is_some() && name.eq_ignore_ascii_case(b"set-cookie") => {
-                let ours = r.strip_cookie.expect("checked");
-                let v = value.trim_ascii_start();
-                if v.len() > ours.len()
-                    && v[..ours.len()] == *ours.as_bytes()
-                    && v[ours.len()] == b'='
-                {
-                    continue;
-                }
-            }
-            13 if name.eq_ignore_ascii_case(b"cache-control") => cache_control = true,
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
-                // Framed by the body: a bodiless answer keeps its length only for HEAD.
-                let keep = match framing {
-                    Framing::Length(_) => true,
-                    Framing::Empty => r.head_request,
-                    Framing::Chunked => false,
-                };
-                match head.length {
-                    _ if !keep => continue,
-                    LengthFix::Drop => continue,
-                    LengthFix::Once(_) if length_done => continue,
-                    LengthFix::Once(n) => {
-                        length_done = true;
-                        put_field(out, name, itoa::Buffer::new().format(n).as_bytes());
+            Kind::Trailer if no_body => continue,
+            Kind::SetCookie => {
+                if let Some(ours) = r.strip_cookie {
+                    let v = f.value.trim_ascii_start();
+                    if v.len() > ours.len()
+                        && v[..ours.len()] == *ours.as_bytes()
+                        && v[ours.len()] == b'='
+                    {
                         continue;
                     }
-                    LengthFix::AsIs => {}
                 }
             }
+            Kind::ContentLength => match head.length {
+                _ if !keep_length => continue,
+                LengthFix::Drop => continue,
+                LengthFix::Once(_) if length_done => continue,
+                LengthFix::Once(n) => {
+                    length_done = true;
+                    put_field(out, f.name, itoa::Buffer::new().format(n).as_bytes());
+                    continue;
+                }
+                LengthFix::AsIs => {}
+            },
             _ => {}
         }
-        if hops && is_hop(head, name) {
+        if head.named_hops && named_by_connection(head, f.name) {
             continue;
         }
-        put_field(out, name, value);
+        put_line(out, &f);
     }
     match framing {
         Framing::Empty if !no_body => out.put_slice(b"content-length: 0\r\n"),

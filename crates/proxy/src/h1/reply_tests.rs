@@ -199,3 +199,25 @@ fn declared_trailers_only_and_never_framing_ones() {
         vec![HeaderName::from_static("x-sum")]
     );
 }
+
+#[test]
+fn a_field_written_loosely_is_written_plainly() {
+    let (out, _) = reply(
+        "HTTP/1.1 200 OK\r\nX-A:\tv\r\nx-b:v  \r\nX-C: w\r\nContent-Length: 0\r\n\r\n",
+        &Method::GET,
+        &PLAIN,
+    );
+    assert!(out.contains("\r\nx-a: v\r\nx-b: v\r\nx-c: w\r\n"), "{out}");
+}
+
+#[test]
+fn connection_names_only_from_a_text_value() {
+    // `HeaderValue::to_str` refuses obs-text: such a value names nothing (as the
+    // HeaderMap path's `remove_hop_headers`).
+    let (out, _) = reply(
+        "HTTP/1.1 200 OK\r\nConnection: x-a, \u{e9}\r\nX-A: 1\r\nConnection: x-b\r\nX-B: 2\r\nContent-Length: 0\r\n\r\n",
+        &Method::GET,
+        &PLAIN,
+    );
+    assert!(out.contains("x-a: 1\r\n") && !out.contains("x-b"), "{out}");
+}

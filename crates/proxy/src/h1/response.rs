@@ -50,6 +50,8 @@ pub struct Head {
     fields: Vec<Span>,
     /// What becomes of the `Content-Length` fields on the way on.
     pub(super) length: LengthFix,
+    /// `Connection` names fields to drop (beyond `close` and `keep-alive`).
+    pub(super) named_hops: bool,
 }
 
 /// One field: where its name and value are in the head's bytes.
@@ -57,6 +59,53 @@ pub struct Head {
 struct Span {
     name: (u32, u32),
     value: (u32, u32),
+    kind: Kind,
+}
+
+/// What a field is to the proxy, known from its name once, when the head is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Other,
+    /// Hop-by-hop (RFC 9110 §7.6.1): `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`,
+    /// `Proxy-Authenticate`.
+    Hop,
+    Connection,
+    TransferEncoding,
+    ContentLength,
+    Date,
+    CacheControl,
+    SetCookie,
+    Trailer,
+}
+
+impl Kind {
+    fn of(name: &[u8]) -> Kind {
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        match name.len() {
+            2 if is("te") => Kind::Hop,
+            4 if is("date") => Kind::Date,
+            7 if is("upgrade") => Kind::Hop,
+            7 if is("trailer") => Kind::Trailer,
+            10 if is("connection") => Kind::Connection,
+            10 if is("keep-alive") => Kind::Hop,
+            10 if is("set-cookie") => Kind::SetCookie,
+            13 if is("cache-control") => Kind::CacheControl,
+            14 if is("content-length") => Kind::ContentLength,
+            16 if is("proxy-connection") => Kind::Hop,
+            17 if is("transfer-encoding") => Kind::TransferEncoding,
+            18 if is("proxy-authenticate") => Kind::Hop,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// A field of a head: its name, its value, its whole line as it came when that line
+/// is `name: value\r\n` exactly, and its kind.
+pub(super) struct Field<'a> {
+    pub(super) name: &'a [u8],
+    pub(super) value: &'a [u8],
+    pub(super) line: Option<&'a [u8]>,
+    pub(super) kind: Kind,
 }
 
 /// What becomes of a response's `Content-Length` fields.
@@ -71,6 +120,30 @@ pub(super) enum LengthFix {
 }
 
 impl Head {
+    /// The fields with their kinds and lines.
+    pub(super) fn spans(&self) -> impl Iterator<Item = Field<'_>> {
+        let raw = &self.raw[..];
+        self.fields.iter().map(move |s| {
+            let (n0, n1) = (s.name.0 as usize, (s.name.0 + s.name.1) as usize);
+            let (v0, v1) = (s.value.0 as usize, (s.value.0 + s.value.1) as usize);
+            let line = (v0 == n1 + 2
+                && raw.get(n1..v0) == Some(&b": "[..])
+                && raw.get(v1..v1 + 2) == Some(&b"\r\n"[..]))
+            .then(|| &raw[n0..v1 + 2]);
+            Field {
+                name: &raw[n0..n1],
+                value: &raw[v0..v1],
+                line,
+                kind: s.kind,
+            }
+        })
+    }
+
+    /// The head has a `Trailer` field.
+    pub fn has_trailer(&self) -> bool {
+        self.fields.iter().any(|s| s.kind == Kind::Trailer)
+    }
+
     /// The fields, names and values as they came.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.fields.iter().map(|s| {
@@ -89,6 +162,13 @@ impl Head {
 
     pub fn contains(&self, name: &str) -> bool {
         self.values(name).next().is_some()
+    }
+
+    /// The values of its `Content-Length` fields.
+    fn lengths(&self) -> impl Iterator<Item = &[u8]> {
+        self.spans()
+            .filter(|f| f.kind == Kind::ContentLength)
+            .map(|f| f.value)
     }
 
     /// The head's length in bytes.
@@ -167,30 +247,44 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     let mut fields: Vec<Span> = Vec::with_capacity(r.headers.len());
     let mut keep_alive = version == Version::HTTP_11;
     let (mut te, mut te_last_chunked, mut cl) = (false, false, false);
+    let mut named_hops = false;
     for h in r.headers.iter() {
         let n = h.name.as_bytes();
+        let kind = Kind::of(n);
         fields.push(Span {
             name: ((n.as_ptr() as usize - base) as u32, n.len() as u32),
             value: (
                 (h.value.as_ptr() as usize - base) as u32,
                 h.value.len() as u32,
             ),
+            kind,
         });
-        if n.eq_ignore_ascii_case(b"connection") {
-            for t in tokens(h.value) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                    keep_alive = true;
+        match kind {
+            Kind::Connection => {
+                // Names are dropped only from a value `HeaderValue::to_str` takes.
+                let text = is_text(h.value);
+                for t in tokens(h.value) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                        keep_alive |= version == Version::HTTP_10;
+                    } else if text
+                        && !(t.is_empty()
+                            || t.eq_ignore_ascii_case(b"host")
+                            || t.eq_ignore_ascii_case(b"content-length"))
+                    {
+                        named_hops = true;
+                    }
                 }
             }
-        } else if n.eq_ignore_ascii_case(b"transfer-encoding") {
-            te = true;
-            te_last_chunked = tokens(h.value)
-                .next_back()
-                .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-        } else if n.eq_ignore_ascii_case(b"content-length") {
-            cl = true;
+            Kind::TransferEncoding => {
+                te = true;
+                te_last_chunked = tokens(h.value)
+                    .next_back()
+                    .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+            }
+            Kind::ContentLength => cl = true,
+            _ => {}
         }
     }
     let raw = buf.split_to(head_len).freeze();
@@ -202,6 +296,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         raw,
         fields,
         length: LengthFix::AsIs,
+        named_hops,
     };
     // An HTTP/1.0 message with Transfer-Encoding: its framing is faulty, and the
     // connection closes after it (RFC 9112 §6.1).
@@ -228,7 +323,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             BodyLen::Close
         }
     } else {
-        let (length, pieces) = content_length_pieces(head.values("content-length"))?;
+        let (length, pieces) = content_length_pieces(head.lengths())?;
         if let (Some(n), 2..) = (length, pieces) {
             head.length = LengthFix::Once(n);
         }
@@ -244,7 +339,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     // A bodiless response still says what length the body would have had (`HEAD`, 304):
     // written once too.
     if head.body == BodyLen::Empty && cl && head.length == LengthFix::AsIs {
-        if let Ok((Some(n), 2..)) = content_length_pieces(head.values("content-length")) {
+        if let Ok((Some(n), 2..)) = content_length_pieces(head.lengths()) {
             head.length = LengthFix::Once(n);
         }
     }
@@ -280,4 +375,9 @@ pub(super) fn content_length_pieces<'a>(
         }
     }
     Ok((found, pieces))
+}
+
+/// A field value `HeaderValue::to_str` takes: visible ASCII, spaces and tabs.
+pub(super) fn is_text(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
 }

@@ -1,0 +1,110 @@
+//! What a client sends on the byte path: `forward::head::read` (which request heads the
+//! byte path takes) and `forward::head::write_upstream` (the head a gear gets).
+//!
+//! Oracle: no panic; a head the byte path takes is taken from the same bytes read in
+//! any prefix as incomplete first, never as something else; its length is within the
+//! input; the head written for the gear is one complete HTTP/1.1 request head with the
+//! same method and target; and it carries the same fields (each name's values in the
+//! same order) as the `HeaderMap` path's head for the same request under the same
+//! settings (`http::Request` built from the same parse, `Sticky::take`,
+//! `prepare_request`, `encode_request_head`). A head `http` would refuse (a name or value
+//! it does not take) must not be taken by the byte path either: the builder's refusal
+//! fails the oracle.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use bytes::BytesMut;
+use gearlb::proxy::forward::head::{read, write_upstream, Read, Rewrite, LANE_FIELDS};
+use gearlb::proxy::forward::{prepare_request, ClientInfo};
+use gearlb::proxy::h1;
+use gearlb_core::config::ForwardedHeaders;
+use gearlb_core::routing::sticky::Sticky;
+use http::header::{HeaderName, HeaderValue};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, Arbitrary)]
+struct Input {
+    trust: bool,
+    /// Which forwarding fields are set (five bits).
+    set: u8,
+    sticky: bool,
+    bytes: Vec<u8>,
+}
+
+/// Request line and fields (lower-case names, stable-sorted by name) of a head.
+fn fields(raw: &[u8]) -> (String, Vec<(String, Vec<u8>)>) {
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut r = httparse::Request::new(&mut slots);
+    let n = match r.parse(raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        other => panic!("not one complete head: {other:?} {:?}", String::from_utf8_lossy(raw)),
+    };
+    assert_eq!(n, raw.len(), "bytes after the head");
+    let line = format!("{} {} {:?}", r.method.unwrap(), r.path.unwrap(), r.version);
+    let mut f: Vec<(String, Vec<u8>)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+        .collect();
+    f.sort_by(|a, b| a.0.cmp(&b.0));
+    (line, f)
+}
+
+fuzz_target!(|input: Input| {
+    let credential = "gearlb-gossip-auth";
+    let bytes = &input.bytes;
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    let Read::Head(h) = read(bytes, &mut slots, credential) else {
+        return;
+    };
+    assert!(h.len <= bytes.len());
+    // Every shorter prefix of the head is incomplete, not another request.
+    for cut in [0, 1, h.len / 2, h.len.saturating_sub(1)] {
+        if cut < h.len {
+            let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
+            assert!(
+                matches!(read(&bytes[..cut], &mut s, credential), Read::Partial),
+                "prefix of {cut} bytes"
+            );
+        }
+    }
+    let set = ForwardedHeaders {
+        x_forwarded_for: input.set & 1 != 0,
+        x_forwarded_proto: input.set & 2 != 0,
+        x_forwarded_host: input.set & 4 != 0,
+        x_forwarded_port: input.set & 8 != 0,
+        forwarded: input.set & 16 != 0,
+    };
+    let sticky = Sticky::plain("GEAR");
+    let client = ClientInfo::new("192.0.2.7:4321".parse().unwrap(), 8080, "http");
+    let rw = Rewrite {
+        client: &client,
+        trust_forwarded: input.trust,
+        set,
+        sticky: input.sticky.then_some(&sticky),
+    };
+    let mut out = BytesMut::new();
+    let cookie = write_upstream(&h, &rw, &mut out);
+
+    // The HeaderMap path, on the same parse.
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    let mut r = httparse::Request::new(&mut slots);
+    assert!(r.parse(bytes).unwrap().is_complete());
+    let mut b = http::Request::builder()
+        .method(r.method.unwrap())
+        .uri(r.path.unwrap());
+    for f in r.headers.iter() {
+        let name = HeaderName::from_bytes(f.name.as_bytes()).expect("a name http takes");
+        let value = HeaderValue::from_bytes(f.value).expect("a value http takes");
+        b = b.header(name, value);
+    }
+    let (mut parts, ()) = b.body(()).expect("a request http takes").into_parts();
+    let cookie_map = rw.sticky.and_then(|s| s.take(&mut parts.headers));
+    prepare_request(&mut parts, &client, input.trust, set);
+    let framing = h1::request_framing(&mut parts.headers, true, Some(0));
+    let mut map = BytesMut::new();
+    h1::encode_request_head(&parts, framing, &mut map);
+
+    assert_eq!(fields(&out), fields(&map));
+    assert_eq!(cookie, cookie_map);
+});
