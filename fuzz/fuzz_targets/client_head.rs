@@ -22,6 +22,9 @@ use gearlb_core::routing::sticky::Sticky;
 use http::header::{HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 
+/// `limits.max_header_size` by default.
+const LIMIT: usize = 32 * 1024;
+
 #[derive(Debug, Arbitrary)]
 struct Input {
     trust: bool,
@@ -54,7 +57,7 @@ fuzz_target!(|input: Input| {
     let credential = "gearlb-gossip-auth";
     let bytes = &input.bytes;
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    let Read::Head(h) = read(bytes, &mut slots, credential) else {
+    let Read::Head(h) = read(bytes, &mut slots, credential, LIMIT) else {
         return;
     };
     assert!(h.len <= bytes.len());
@@ -63,7 +66,7 @@ fuzz_target!(|input: Input| {
         if cut < h.len {
             let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
             assert!(
-                matches!(read(&bytes[..cut], &mut s, credential), Read::Partial),
+                matches!(read(&bytes[..cut], &mut s, credential, LIMIT), Read::Partial),
                 "prefix of {cut} bytes"
             );
         }

@@ -116,6 +116,9 @@ pub(super) fn respond(
         }
     }
     let mut parts = head.to_parts();
+    // The balancer's own version, whatever the backend's (RFC 9110 §6.2); hyper writes
+    // HTTP/1.0 to an HTTP/1.0 client all the same.
+    parts.version = http::Version::HTTP_11;
     forward::prepare_response(&mut parts, switching);
     if let Some(codings) = codings {
         parts.headers.insert(header::TRANSFER_ENCODING, codings);

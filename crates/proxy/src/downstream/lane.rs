@@ -61,12 +61,13 @@ pub(super) async fn serve(
     if state.reserved || state.ctx.settings.load().mode == gearlb_core::config::Mode::Tcp {
         return LaneEnd::Hyper(stream, BytesMut::new());
     }
+    let max_head = state.ctx.settings.load().max_header_size;
     let mut io = ClientIo::new(stream, state.clone(), None);
     let mut buf = BytesMut::with_capacity(4096);
     loop {
         let step = {
             let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-            match read(&buf, &mut slots, &credential) {
+            match read(&buf, &mut slots, &credential, max_head) {
                 Read::Other => None,
                 Read::Partial => Some(None),
                 Read::Head(h) => {

@@ -102,16 +102,19 @@ fn is_text(v: &[u8]) -> bool {
 }
 
 /// Read the head at the start of `buf`, its fields into `slots`; `credential` is the
-/// balancers' own protocol's header (such a request is hyper's path's to refuse).
+/// balancers' own protocol's header (such a request is hyper's path's to refuse);
+/// `max_head` is `limits.max_header_size` (a longer head is hyper's to refuse).
 pub fn read<'h, 'b>(
     buf: &'b [u8],
     slots: &'h mut [httparse::Header<'b>; LANE_FIELDS],
     credential: &str,
+    max_head: usize,
 ) -> Read<'h, 'b> {
+    let limit = max_head.min(LANE_HEAD_MAX);
     let mut r = httparse::Request::new(slots);
     let len = match r.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() < LANE_HEAD_MAX => return Read::Partial,
+        Ok(httparse::Status::Complete(n)) if n <= limit => n,
+        Ok(httparse::Status::Partial) if buf.len() < limit => return Read::Partial,
         _ => return Read::Other,
     };
     let (Some(m), Some(target), Some(1)) = (r.method, r.path, r.version) else {

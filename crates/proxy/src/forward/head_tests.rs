@@ -3,6 +3,9 @@
 //! that a gear cannot tell which path a request took but by the fields' order.
 
 use super::*;
+
+/// `limits.max_header_size` by default.
+const LIMIT: usize = 32 * 1024;
 use crate::forward::{prepare_request, ClientInfo};
 use http::header::{HeaderName, HeaderValue};
 
@@ -35,7 +38,7 @@ fn fields(raw: &[u8]) -> (String, Vec<(String, String)>) {
 /// The byte path's head for the backend, and the sticky value it took.
 fn by_bytes(raw: &[u8], rw: &Rewrite<'_>) -> (Vec<u8>, Option<Vec<u8>>) {
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    let Read::Head(h) = read(raw, &mut slots, "gearlb-gossip-auth") else {
+    let Read::Head(h) = read(raw, &mut slots, "gearlb-gossip-auth", LIMIT) else {
         panic!("not taken: {}", String::from_utf8_lossy(raw));
     };
     assert_eq!(h.len, raw.len());
@@ -159,7 +162,7 @@ fn what_the_byte_path_leaves_to_hyper() {
         let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
         assert!(
             matches!(
-                read(raw.as_bytes(), &mut slots, "gearlb-gossip-auth"),
+                read(raw.as_bytes(), &mut slots, "gearlb-gossip-auth", LIMIT),
                 Read::Other
             ),
             "{raw:?}"
@@ -167,30 +170,56 @@ fn what_the_byte_path_leaves_to_hyper() {
     }
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
     assert!(matches!(
-        read(b"GET / HTTP/1.1\r\nHo", &mut slots, ""),
+        read(b"GET / HTTP/1.1\r\nHo", &mut slots, "", LIMIT),
         Read::Partial
     ));
     // A head longer than the byte path waits for, or with more fields than it takes.
     let long = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(LANE_HEAD_MAX));
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    assert!(matches!(read(long.as_bytes(), &mut slots, ""), Read::Other));
+    assert!(matches!(
+        read(long.as_bytes(), &mut slots, "", LIMIT),
+        Read::Other
+    ));
+    // Longer than `limits.max_header_size`: hyper's 431, not the byte path's.
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    assert!(matches!(
+        read(big.as_bytes(), &mut slots, "", 8192),
+        Read::Other
+    ));
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    assert!(matches!(
+        read(&big.as_bytes()[..8500], &mut slots, "", 8192),
+        Read::Other
+    ));
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    assert!(matches!(
+        read(big.as_bytes(), &mut slots, "", 16384),
+        Read::Head(_)
+    ));
     let many: String = (0..LANE_FIELDS).map(|i| format!("X-{i}: 1\r\n")).collect();
     let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    assert!(matches!(read(many.as_bytes(), &mut slots, ""), Read::Other));
+    assert!(matches!(
+        read(many.as_bytes(), &mut slots, "", LIMIT),
+        Read::Other
+    ));
 }
 
 #[test]
 fn pipelined_requests_are_read_one_head_at_a_time() {
     let two = b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    let Read::Head(h) = read(two, &mut slots, "") else {
+    let Read::Head(h) = read(two, &mut slots, "", LIMIT) else {
         panic!("first head")
     };
     assert_eq!((h.target, h.close), ("/1", false));
     let rest = &two[h.len..];
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-    let Read::Head(h) = read(rest, &mut slots, "") else {
+    let Read::Head(h) = read(rest, &mut slots, "", LIMIT) else {
         panic!("second head")
     };
     assert_eq!((h.target, h.close, h.len), ("/2", true, rest.len()));
