@@ -101,6 +101,25 @@ fn is_text(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
 }
 
+/// A target `http::uri::PathAndQuery` takes whole (the grammar hyper's parser applies:
+/// the WHATWG path and query byte sets, `"{}` let through in the path), starting with
+/// `/`, without a fragment (which it would cut off), checked without a copy. The test
+/// `targets_as_http_takes_them` holds it to `PathAndQuery` byte by byte.
+fn origin_form(t: &[u8]) -> bool {
+    let path = |b: u8| {
+        matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x40..=0x5F | 0x61..=0x7A | 0x7C | 0x7E)
+            || matches!(b, b'"' | b'{' | b'}' | 0x80..=0xFF)
+    };
+    let query = |b: u8| matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x3F..=0x7E | 0x80..=0xFF);
+    if t.first() != Some(&b'/') || t.len() > (u16::MAX - 1) as usize {
+        return false;
+    }
+    match t.iter().position(|&b| b == b'?') {
+        Some(q) => t[..q].iter().all(|&b| path(b)) && t[q + 1..].iter().all(|&b| query(b)),
+        None => t.iter().all(|&b| path(b)),
+    }
+}
+
 /// Read the head at the start of `buf`, its fields into `slots`; `credential` is the
 /// balancers' own protocol's header (such a request is hyper's path's to refuse);
 /// `max_head` is `limits.max_header_size` (a longer head is hyper's to refuse).
@@ -125,11 +144,7 @@ pub fn read<'h, 'b>(
     };
     // What hyper's parser would make of the target, or refuse: the byte path forwards
     // exactly what it accepts (a fragment would be cut by it: left to it).
-    if method == Method::CONNECT
-        || !target.starts_with('/')
-        || target.contains('#')
-        || http::uri::PathAndQuery::try_from(target).is_err()
-    {
+    if method == Method::CONNECT || !origin_form(target.as_bytes()) {
         return Read::Other;
     }
     let fields: &'h [httparse::Header<'b>] = r.headers;

@@ -224,3 +224,28 @@ fn pipelined_requests_are_read_one_head_at_a_time() {
     };
     assert_eq!((h.target, h.close, h.len), ("/2", true, rest.len()));
 }
+
+#[test]
+fn targets_as_http_takes_them() {
+    // Every byte in the path and in the query, and a few whole targets, against what
+    // `PathAndQuery` (hyper's parser) takes; a fragment is left to hyper.
+    let mut targets: Vec<Vec<u8>> = Vec::new();
+    for b in 0u8..=255 {
+        targets.push([b"/a".as_slice(), &[b], b"b"].concat());
+        targets.push([b"/a?x".as_slice(), &[b], b"y"].concat());
+    }
+    for t in ["/", "/?", "/??", "/a?b?c", "/%zz", "/\u{e9}"] {
+        targets.push(t.as_bytes().to_vec());
+    }
+    for t in targets {
+        let http_takes = std::str::from_utf8(&t).is_ok_and(|s| {
+            !s.contains('#') && http::uri::PathAndQuery::try_from(s).is_ok_and(|p| p.as_str() == s)
+        });
+        assert_eq!(
+            origin_form(&t) && std::str::from_utf8(&t).is_ok(),
+            http_takes,
+            "{:?}",
+            String::from_utf8_lossy(&t)
+        );
+    }
+}
