@@ -1,0 +1,162 @@
+//! The HTTP/1.1 byte path (`downstream::lane`) and its hand-overs to hyper's server, on
+//! real sockets: requests of either kind on one connection keep their order, and a
+//! response reaches the client the same whichever path its request took.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::*;
+
+/// A balancer in front of `gear` alone, health checks off.
+fn lb_for(dir: &std::path::Path, gear: std::net::SocketAddr) -> Gearlb {
+    Gearlb::start(
+        dir,
+        &config_text(dir, &[("web1", gear)], "[health]\nenabled = false\n"),
+    )
+}
+
+/// One response (head and `Content-Length` body) from `s`; what follows stays in `rest`.
+fn read_response(s: &mut std::net::TcpStream, rest: &mut Vec<u8>) -> (String, String) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if rest.len() >= end + 4 + len {
+                let body = String::from_utf8_lossy(&rest[end + 4..end + 4 + len]).into_owned();
+                rest.drain(..end + 4 + len);
+                return (head, body);
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(rest));
+        rest.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A gear that answers each request with its target as the body.
+async fn echo_gear() -> Scripted {
+    Scripted::start(|req| {
+        let body = req.head.split(' ').nth(1).unwrap_or("?").to_string();
+        Reply::after(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Gear: web1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+    .await
+}
+
+/// Pipelined requests, some for the byte path and some for hyper (a body, `Expect`),
+/// sent in one write: every one answered, in order, each body where it belongs; and
+/// after the connection parked, the byte path again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_both_paths_keep_their_order_on_one_connection() {
+    use std::io::Write;
+    let gear = echo_gear().await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n\
+          POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
+          GET /3 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /4 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    for want in ["/1", "/2", "/3", "/4"] {
+        let (head, body) = read_response(&mut s, &mut rest);
+        assert!(head.starts_with("HTTP/1.1 200"), "{want}: {head}");
+        assert_eq!(body, want);
+    }
+    // Idle past the parking delay, then the byte path takes the connection back.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.write_all(b"GET /5 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let (head, body) = read_response(&mut s, &mut rest);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "/5");
+    let seen = gear.seen();
+    assert_eq!(seen[1].body, b"abc", "the upload went with its request");
+    let seen: Vec<String> = seen
+        .iter()
+        .map(|r| r.head.lines().next().unwrap_or_default().to_string())
+        .collect();
+    let want: Vec<String> = (1..=5)
+        .map(|i| {
+            let m = if i == 2 { "POST" } else { "GET" };
+            format!("{m} /{i} HTTP/1.1")
+        })
+        .collect();
+    assert_eq!(seen, want);
+}
+
+/// Field names and values of a head, without its status line and `Date`.
+fn fields(head: &str) -> BTreeSet<String> {
+    head.lines()
+        .skip(1)
+        .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The same gear response through the byte path (a plain GET) and through hyper's
+/// server (the same GET with `Content-Length: 0`): the same status line and fields, and
+/// the gear sees the same request fields from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_is_the_same_whichever_path_its_request_took() {
+    let gear = Scripted::start(|_| {
+        Reply::after(
+            &b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nX-Private: 1\r\nKeep-Alive: timeout=5\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 2, 2\r\nX-Kept: yes\r\n\r\nok"[..],
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    let bytes = raw(
+        lb.proxy,
+        b"GET /same HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let hyper = raw(
+        lb.proxy,
+        b"GET /same HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let (bh, bb) = bytes.split_once("\r\n\r\n").expect("a response");
+    let (hh, hb) = hyper.split_once("\r\n\r\n").expect("a response");
+    assert_eq!(bh.lines().next(), hh.lines().next());
+    assert_eq!(fields(bh), fields(hh), "byte path:\n{bh}\nhyper:\n{hh}");
+    assert_eq!((bb, hb), ("ok", "ok"));
+    assert!(
+        bh.contains("content-length: 2\r\n") && !bh.contains("x-private"),
+        "{bh}"
+    );
+    // What the gear got: the same fields but for the length hyper's path forwards.
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 2);
+    let gear_fields = |i: usize| -> BTreeSet<String> {
+        seen[i]
+            .head
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with("content-length"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(gear_fields(0), gear_fields(1));
+    assert!(gear_fields(0).contains("x-forwarded-for: 10.1.1.1, 127.0.0.1"));
+}
