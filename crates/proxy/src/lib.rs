@@ -9,9 +9,11 @@
 //! HTTPS listener's certificates ([`tls`]) and the request path's clock ([`clock`]).
 //!
 //! Owns the accept loop and its connection limit (`listener`), the client connection
-//! with its timeouts, parking and graceful stop (`downstream`), request handling
-//! (sticky cookie, selection, retries: `request`, each attempt in `attempt`, the
-//! response in `respond`, failures in `error`), and what they all share (`shared`).
+//! with its timeouts, parking and graceful stop (`downstream`; its HTTP/1.1 byte path,
+//! `downstream::lane`, serves plain requests without hyper), request handling (sticky
+//! cookie, selection, retries: `request` for hyper's servers, `direct` for the byte
+//! path, both through `dispatch`, each attempt in `attempt`, the response in `respond`
+//! or `h1::reply`, failures in `error`), and what they all share (`shared`).
 //! Per request: load the routing snapshot (lock-free), pick the backend the sticky cookie
 //! names, else the connection's previous one while it is no busier (core's `affinity`),
 //! else the least loaded one, take a pooled connection or open one, send, and stream the
@@ -37,14 +39,16 @@
 //!
 //! Cost per request matters here (a balancer's work is mostly this path): nothing is
 //! logged or formatted unless a log line is wanted, no timer is set per HTTP/1 request,
-//! and header values are shared rather than copied (see [`forward`]). A loop turn reads
-//! every ready socket before it writes to any (see [`turn`]).
+//! a plain HTTP/1.1 request's heads stay bytes both ways (no `HeaderMap`: see
+//! [`forward::head`] and [`h1::write_reply`]), and header values are shared rather than
+//! copied elsewhere (see [`forward`]). A loop turn reads every ready socket before it
+//! writes to any (see [`turn`]).
 //!
 //! Layers: this file only declares the modules and re-exports what the rest of the
 //! crate uses. No module of the crate imports from it; each imports the leaf files it
 //! needs (`shared`, `upgrade`, `io`, ...), so the modules inside the proxy form no cycle:
-//! `listener` → `downstream` → `request` → `attempt`/`respond` → `upstream`/`tunnel`/
-//! `body` → `session` → `shared` → `io`/`upgrade`.
+//! `listener` → `downstream` → `request`/`direct` → `dispatch` → `attempt`/`respond` →
+//! `upstream`/`tunnel`/`body` → `session` → `shared` → `io`/`upgrade`.
 
 #![forbid(unsafe_code)]
 

@@ -3,11 +3,13 @@
 //! requests, the graceful stop, and the lingering close. The states and their
 //! transitions are drawn in `LIFECYCLE.md` (see [`super`]).
 //!
-//! HTTP/1 connections are served by hyper's HTTP/1 server directly (built once per
-//! settings, not per connection); a connection whose first bytes are, or may be, the
-//! HTTP/2 preface (h2c prior knowledge) goes to hyper-util's protocol-detecting builder
-//! instead. Detection peeks at the socket, so the HTTP/1 parser later reads the request
-//! in one piece.
+//! HTTP/1 connections start on the byte path ([`super::lane`]), which serves plain
+//! HTTP/1.1 requests itself and hands the connection, with the bytes it read, to
+//! hyper's HTTP/1 server (built once per settings, not per connection) at the first
+//! request it does not take; a connection hyper parked comes back to the byte path. A
+//! connection whose first bytes are, or may be, the HTTP/2 preface (h2c prior
+//! knowledge) goes to hyper-util's protocol-detecting builder instead. Detection peeks
+//! at the socket, so the HTTP/1 parser later reads the request in one piece.
 
 use std::convert::Infallible;
 use std::future::Future;

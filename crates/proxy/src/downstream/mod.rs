@@ -5,7 +5,8 @@
 //! the state its task, socket wrapper, requests and tunnel share are
 //! [`crate::session`]'s, a leaf the requests and tunnels name too — the socket as hyper
 //! sees it
-//! ([`socket`]), protocol detection ([`protocol`]), the connection's timeouts kept by one
+//! ([`socket`]), the HTTP/1.1 byte path that serves plain requests without hyper
+//! ([`lane`]), protocol detection ([`protocol`]), the connection's timeouts kept by one
 //! watchdog timer and HTTP/2 streams' own timers ([`watchdog`]), giving back an idle
 //! HTTP/1 connection's HTTP state ([`parking`]), the lingering close ([`linger`]), and
 //! the connection task itself, for plain connections ([`conn`]) and TLS ones ([`tls`]).
