@@ -12,7 +12,6 @@
 //! fails the oracle.
 #![no_main]
 
-use arbitrary::Arbitrary;
 use bytes::BytesMut;
 use gearlb::proxy::forward::head::{read, write_upstream, Read, Rewrite, LANE_FIELDS};
 use gearlb::proxy::forward::{prepare_request, ClientInfo};
@@ -25,13 +24,26 @@ use libfuzzer_sys::fuzz_target;
 /// `limits.max_header_size` by default.
 const LIMIT: usize = 32 * 1024;
 
-#[derive(Debug, Arbitrary)]
-struct Input {
+/// The input: one byte of settings (bit 0 trust, bit 1 sticky cookie), one byte of
+/// which forwarding fields are set (five bits), then the client's bytes.
+struct Input<'a> {
     trust: bool,
-    /// Which forwarding fields are set (five bits).
     set: u8,
     sticky: bool,
-    bytes: Vec<u8>,
+    bytes: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    fn new(data: &'a [u8]) -> Option<Self> {
+        let (&flags, rest) = data.split_first()?;
+        let (&set, bytes) = rest.split_first()?;
+        Some(Input {
+            trust: flags & 1 != 0,
+            set,
+            sticky: flags & 2 != 0,
+            bytes,
+        })
+    }
 }
 
 /// Request line and fields (lower-case names, stable-sorted by name) of a head.
@@ -53,9 +65,12 @@ fn fields(raw: &[u8]) -> (String, Vec<(String, Vec<u8>)>) {
     (line, f)
 }
 
-fuzz_target!(|input: Input| {
+fuzz_target!(|data: &[u8]| {
+    let Some(input) = Input::new(data) else {
+        return;
+    };
     let credential = "gearlb-gossip-auth";
-    let bytes = &input.bytes;
+    let bytes = input.bytes;
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
     let Read::Head(h) = read(bytes, &mut slots, credential, LIMIT) else {
         return;
