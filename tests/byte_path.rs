@@ -17,33 +17,6 @@ fn lb_for(dir: &std::path::Path, gear: std::net::SocketAddr) -> Gearlb {
     )
 }
 
-/// One response (head and `Content-Length` body) from `s`; what follows stays in `rest`.
-fn read_response(s: &mut std::net::TcpStream, rest: &mut Vec<u8>) -> (String, String) {
-    use std::io::Read;
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&rest[..end]).into_owned();
-            let len = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if rest.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&rest[end + 4..end + 4 + len]).into_owned();
-                rest.drain(..end + 4 + len);
-                return (head, body);
-            }
-        }
-        let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(rest));
-        rest.extend_from_slice(&chunk[..n]);
-    }
-}
-
 /// A gear that answers each request with its target as the body.
 async fn echo_gear() -> Scripted {
     Scripted::start(|req| {
@@ -79,14 +52,14 @@ async fn requests_of_both_paths_keep_their_order_on_one_connection() {
     .unwrap();
     let mut rest = Vec::new();
     for want in ["/1", "/2", "/3", "/4"] {
-        let (head, body) = read_response(&mut s, &mut rest);
+        let (head, body) = read_head_and_body(&mut s, &mut rest);
         assert!(head.starts_with("HTTP/1.1 200"), "{want}: {head}");
         assert_eq!(body, want);
     }
     // Idle past the parking delay, then the byte path takes the connection back.
     std::thread::sleep(Duration::from_millis(1500));
     s.write_all(b"GET /5 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let (head, body) = read_response(&mut s, &mut rest);
+    let (head, body) = read_head_and_body(&mut s, &mut rest);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "/5");
     let seen = gear.seen();

@@ -861,32 +861,8 @@ async fn idle_clients_are_cut_at_the_client_timeout() {
 /// Bytes past its end (the start of the next pipelined response) stay in `rest` for
 /// the next call.
 fn read_response(s: &mut std::net::TcpStream, rest: &mut Vec<u8>) -> String {
-    use std::io::Read;
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&rest[..end]).into_owned();
-            let len = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if rest.len() >= end + 4 + len {
-                let one: Vec<u8> = rest.drain(..end + 4 + len).collect();
-                return String::from_utf8_lossy(&one).into_owned();
-            }
-        }
-        let n = s.read(&mut chunk).unwrap();
-        assert!(
-            n > 0,
-            "connection closed after {:?}",
-            String::from_utf8_lossy(rest)
-        );
-        rest.extend_from_slice(&chunk[..n]);
-    }
+    let (head, body) = read_head_and_body(s, rest);
+    format!("{head}\r\n\r\n{body}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

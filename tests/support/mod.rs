@@ -937,3 +937,30 @@ pub fn require_root() {
         "this test needs root (network namespaces); CI runs as root"
     );
 }
+
+/// One response (head and `Content-Length` body) from `s`; what follows stays in `rest`.
+pub fn read_head_and_body(s: &mut std::net::TcpStream, rest: &mut Vec<u8>) -> (String, String) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&rest[..end]).into_owned();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if rest.len() >= end + 4 + len {
+                let body = String::from_utf8_lossy(&rest[end + 4..end + 4 + len]).into_owned();
+                rest.drain(..end + 4 + len);
+                return (head, body);
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(rest));
+        rest.extend_from_slice(&chunk[..n]);
+    }
+}

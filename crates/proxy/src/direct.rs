@@ -16,7 +16,7 @@ use http::{header, Method};
 
 use super::attempt::{idempotent, Replay};
 use super::body::ProxyBody;
-use super::dispatch::{dispatch, Dispatch, Dispatched};
+use super::dispatch::{dispatch, scope, secure, service_for, sticky_pin, Dispatch, Dispatched};
 use super::error::ForwardError;
 use super::forward::head::{write_upstream, ClientHead, Rewrite};
 use super::h1;
@@ -25,10 +25,9 @@ use super::request::{answered, failed, LogLine};
 use super::respond::usable;
 use super::session::ConnState;
 use super::shared::Settings;
-use super::upstream::{Check, Outgoing, ReqBody, UpBody};
+use super::upstream::{Outgoing, ReqBody, UpBody};
 use super::wait::Wait;
 use gearlb_core::routing::sticky::Sticky;
-use gearlb_core::time::unix_secs;
 use tokio_util::sync::CancellationToken;
 
 /// The client's response: its head's bytes, how the body follows, the body, and
@@ -78,22 +77,10 @@ async fn forward(
     stop: &CancellationToken,
 ) -> Result<Forwarded, Failure> {
     let ctx = &conn.ctx;
-    let service = match &*ctx.services.load() {
-        None => None,
-        Some(services) => match services.lookup(h.host, h.path()) {
-            Some(s) => Some(s.clone()),
-            None => return Err((ForwardError::NoRoute, None)),
-        },
-    };
-    let (router, settings, ejections) = match &service {
-        Some(s) => (&*s.router, &*s.settings, &s.ejections),
-        None => (&*ctx.router, settings, ctx.ejections()),
-    };
+    let service = service_for(ctx, h.host, h.path()).map_err(|e| (e, None))?;
+    let (router, settings, ejections) = scope(ctx, &service, settings);
     let sticky = settings.sticky.as_ref();
-    let secure = conn.client.scheme == "https"
-        || (settings.trust_forwarded
-            && h.value("x-forwarded-proto")
-                .is_some_and(|v| v.eq_ignore_ascii_case(b"https")));
+    let secure = secure(conn, settings, h.value("x-forwarded-proto"));
     let mut out = BytesMut::with_capacity(h.len + 256);
     let rewrite = Rewrite {
         client: &conn.client,
@@ -104,15 +91,7 @@ async fn forward(
     let cookie = write_upstream(h, &rewrite, &mut out);
     let head = out.freeze();
 
-    // Wall-clock time only matters to sealed cookies.
-    let sealed = sticky.is_some_and(Sticky::is_sealed);
-    let now = if sealed { unix_secs() } else { 0 };
-    let pinned = match (sticky, cookie) {
-        (Some(s), Some(raw)) => s
-            .decode(&raw, now)
-            .and_then(|v| router.load().sticky_target(&v).cloned()),
-        _ => None,
-    };
+    let (now, pinned) = sticky_pin(sticky, cookie, router);
     let outgoing = || Outgoing {
         head: head.clone(),
         method: h.method.clone(),
@@ -120,11 +99,6 @@ async fn forward(
         body: ReqBody::Empty,
     };
     let replay = idempotent(&h.method).then(|| Replay(outgoing()));
-    let check = if replay.is_some() {
-        Check::Recorded
-    } else {
-        Check::Kernel
-    };
     let push = |hd: &h1::Head| conn.push_interim(hd);
     let d = Dispatch {
         conn,
@@ -132,7 +106,6 @@ async fn forward(
         router,
         ejections,
         pinned: pinned.clone(),
-        check,
         replay: replay.as_ref(),
         wait,
         interim: Some(&push),

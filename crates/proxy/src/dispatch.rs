@@ -17,10 +17,13 @@ use super::error::ForwardError;
 use super::h1;
 use super::health::EjectSender;
 use super::router::{Router, Target};
+use super::services::Service;
 use super::session::ConnState;
-use super::shared::{InFlight, Settings};
+use super::shared::{InFlight, ProxyCtx, Settings};
 use super::upstream::{self, Answer, Check, Conn, Outgoing, RetryType};
 use super::wait::Wait;
+use gearlb_core::routing::sticky::Sticky;
+use gearlb_core::time::unix_secs;
 
 /// What every attempt of one request shares.
 pub(super) struct Dispatch<'a> {
@@ -30,7 +33,7 @@ pub(super) struct Dispatch<'a> {
     pub(super) ejections: &'a EjectSender,
     /// The backend the sticky cookie names, tried first.
     pub(super) pinned: Option<Arc<Target>>,
-    pub(super) check: Check,
+    /// The head to send again, when the request may be replayed.
     pub(super) replay: Option<&'a Replay>,
     pub(super) wait: &'a Arc<Wait>,
     pub(super) interim: upstream::Interim<'a>,
@@ -46,6 +49,68 @@ pub(super) struct Dispatched {
     pub(super) flight: InFlight,
 }
 
+/// The service a request for `host` and `path` goes to: none where the listener has no
+/// services (its own router serves it), `NoRoute` where no route matches.
+pub(super) fn service_for(
+    ctx: &ProxyCtx,
+    host: &str,
+    path: &str,
+) -> Result<Option<Arc<Service>>, ForwardError> {
+    match &*ctx.services.load() {
+        None => Ok(None),
+        Some(services) => match services.lookup(host, path) {
+            Some(s) => Ok(Some(s.clone())),
+            None => Err(ForwardError::NoRoute),
+        },
+    }
+}
+
+/// The router, settings and ejection channel a request's attempts use: its service's,
+/// or the listener's own.
+pub(super) fn scope<'a>(
+    ctx: &'a ProxyCtx,
+    service: &'a Option<Arc<Service>>,
+    settings: &'a Settings,
+) -> (&'a Router, &'a Settings, &'a EjectSender) {
+    match service {
+        Some(s) => (&*s.router, &*s.settings, &s.ejections),
+        None => (&*ctx.router, settings, ctx.ejections()),
+    }
+}
+
+/// The backend a request's sticky `cookie` names, if usable, and the Unix time sealed
+/// cookies are read and made at (0 when they are not sealed: only they need the clock).
+pub(super) fn sticky_pin(
+    sticky: Option<&Sticky>,
+    cookie: Option<Vec<u8>>,
+    router: &Router,
+) -> (u64, Option<Arc<Target>>) {
+    let now = if sticky.is_some_and(Sticky::is_sealed) {
+        unix_secs()
+    } else {
+        0
+    };
+    let pinned = match (sticky, cookie) {
+        (Some(s), Some(raw)) => s
+            .decode(&raw, now)
+            .and_then(|v| router.load().sticky_target(&v).cloned()),
+        _ => None,
+    };
+    (now, pinned)
+}
+
+/// Whether the client's connection is HTTPS, or (when forwarded headers are trusted)
+/// says it came over HTTPS: the sticky cookie is then `Secure`.
+pub(super) fn secure(
+    conn: &ConnState,
+    settings: &Settings,
+    forwarded_proto: Option<&[u8]>,
+) -> bool {
+    conn.client.scheme == "https"
+        || (settings.trust_forwarded
+            && forwarded_proto.is_some_and(|v| v.eq_ignore_ascii_case(b"https")))
+}
+
 /// Send `req` to a backend, trying others as the retry table says; the answer, or the
 /// error and the last backend tried.
 pub(super) async fn dispatch(
@@ -58,12 +123,19 @@ pub(super) async fn dispatch(
         router,
         ejections,
         ref pinned,
-        check,
         replay,
         wait,
         interim,
     } = *d;
     let ctx = &conn.ctx;
+    // A request that cannot be replayed must not be written into a pooled connection
+    // the backend has just closed: those are checked with the kernel, not only with
+    // the readiness the runtime recorded.
+    let check = if replay.is_some() {
+        Check::Recorded
+    } else {
+        Check::Kernel
+    };
     let mut tried: Vec<Arc<Target>> = Vec::new();
     let mut last_error = ForwardError::NoBackend;
     let mut last: Option<Arc<Target>> = None;

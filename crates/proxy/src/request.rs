@@ -14,17 +14,16 @@ use tracing::{debug, info};
 
 use super::attempt::{idempotent, Replay};
 use super::body::ProxyBody;
-use super::dispatch::{dispatch, Dispatch, Dispatched};
+use super::dispatch::{dispatch, scope, secure, service_for, sticky_pin, Dispatch, Dispatched};
 use super::error::{error_response, ForwardError};
 use super::forward;
 use super::h1;
 use super::respond::{endpoint_upgrade, respond, usable, Exchanged, ForClient};
 use super::shared::Settings;
-use super::upstream::{self, Check, Outgoing, ReqBody};
+use super::upstream::{self, Outgoing, ReqBody};
 use super::wait::Wait;
 use crate::router::Target;
 use crate::session::{ConnState, FrontendRequest};
-use gearlb_core::routing::sticky::Sticky;
 
 /// What a request line in the log needs, taken before the request is consumed.
 pub(super) struct LogLine {
@@ -116,8 +115,6 @@ fn backend_name(b: &Option<Arc<Target>>) -> &str {
 type ForwardResult =
     Result<(Response<ProxyBody>, Option<Arc<Target>>), (ForwardError, Option<Arc<Target>>)>;
 
-use gearlb_core::time::unix_secs;
-
 async fn forward(
     conn: &Arc<ConnState>,
     settings: &Settings,
@@ -173,30 +170,19 @@ async fn forward(
         return Err((ForwardError::Refused(status, why), None));
     }
     // Which service: a lookup only where the listener has several.
-    let service = match &*ctx.services.load() {
-        None => None,
-        Some(services) => {
-            let host = parts
-                .uri
-                .authority()
-                .map(|a| a.as_str())
-                .or_else(|| {
-                    parts
-                        .headers
-                        .get(header::HOST)
-                        .and_then(|h| h.to_str().ok())
-                })
-                .unwrap_or_default();
-            match services.lookup(host, parts.uri.path()) {
-                Some(s) => Some(s.clone()),
-                None => return Err((ForwardError::NoRoute, None)),
-            }
-        }
-    };
-    let (router, settings, ejections) = match &service {
-        Some(s) => (&*s.router, &*s.settings, &s.ejections),
-        None => (&*ctx.router, settings, ctx.ejections()),
-    };
+    let host = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or_default();
+    let service = service_for(ctx, host, parts.uri.path()).map_err(|e| (e, None))?;
+    let (router, settings, ejections) = scope(ctx, &service, settings);
 
     // Sticky cookie: taken out of the request whatever it says, from every `Cookie`
     // field (HTTP/2 clients split them).
@@ -206,12 +192,8 @@ async fn forward(
     if client_version == http::Version::HTTP_2 {
         forward::join_cookies(&mut parts.headers);
     }
-    let secure = conn.client.scheme == "https"
-        || (settings.trust_forwarded
-            && parts
-                .headers
-                .get("x-forwarded-proto")
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https")));
+    let forwarded_proto = parts.headers.get("x-forwarded-proto");
+    let secure = secure(conn, settings, forwarded_proto.map(|v| v.as_bytes()));
     forward::prepare_request(
         &mut parts,
         &conn.client,
@@ -223,15 +205,7 @@ async fn forward(
         .as_ref()
         .and_then(|_| parts.headers.get(header::UPGRADE).cloned());
 
-    // Wall-clock time only matters to sealed cookies.
-    let sealed = sticky.is_some_and(Sticky::is_sealed);
-    let now = if sealed { unix_secs() } else { 0 };
-    let pinned = match (sticky, cookie) {
-        (Some(s), Some(raw)) => s
-            .decode(&raw, now)
-            .and_then(|v| router.load().sticky_target(&v).cloned()),
-        _ => None,
-    };
+    let (now, pinned) = sticky_pin(sticky, cookie, router);
 
     // The head is the same whichever backend gets it: encoded once, replayed as is.
     let empty = body.is_end_stream();
@@ -247,14 +221,6 @@ async fn forward(
             body: ReqBody::Empty,
         })
     });
-    // A request that cannot be replayed must not be written into a pooled connection
-    // the backend has just closed: those are checked with the kernel, not only with
-    // the readiness the runtime recorded.
-    let check = if replay.is_some() {
-        Check::Recorded
-    } else {
-        Check::Kernel
-    };
     let req = Outgoing {
         head,
         method: parts.method,
@@ -273,7 +239,6 @@ async fn forward(
         router,
         ejections,
         pinned: pinned.clone(),
-        check,
         replay: replay.as_ref(),
         wait,
         interim,

@@ -127,6 +127,7 @@ async fn serve_http(
     let mut parked = Some(stream);
     let mut _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
     let mut detected = !settings.h2c;
+    // Empty, of the type `new_h1` makes (which has no name to write).
     let mut h1_conn = None::<ClientIo<TcpStream>>.map(&new_h1);
     let mut h1_slot: Option<Arc<OnceLock<(TcpStream, Handback)>>> = None;
     // The byte path (`lane`), serving plain HTTP/1.1 requests until one is hyper's.

@@ -52,22 +52,24 @@ pub(super) async fn serve(
     stream: TcpStream,
     stop: CancellationToken,
 ) -> LaneEnd {
-    let credential = match &state.ctx.endpoint {
-        Some(ep) => ep.credential_header().as_str().to_owned(),
-        None => String::new(),
-    };
+    let endpoint = state.ctx.endpoint.clone();
+    let credential = endpoint
+        .as_ref()
+        .map_or("", |ep| ep.credential_header().as_str());
+    let settings = state.ctx.settings.load();
+    let max_head = settings.max_header_size;
     // A connection only the balancers' own protocol may use, or a TCP-mode port: its
     // requests are refused on hyper's path.
-    if state.reserved || state.ctx.settings.load().mode == gearlb_core::config::Mode::Tcp {
+    if state.reserved || settings.mode == gearlb_core::config::Mode::Tcp {
         return LaneEnd::Hyper(stream, BytesMut::new());
     }
-    let max_head = state.ctx.settings.load().max_header_size;
+    drop(settings);
     let mut io = ClientIo::new(stream, state.clone(), None);
     let mut buf = BytesMut::with_capacity(4096);
     loop {
         let step = {
             let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
-            match read(&buf, &mut slots, &credential, max_head) {
+            match read(&buf, &mut slots, credential, max_head) {
                 Read::Other => None,
                 Read::Partial => Some(None),
                 Read::Head(h) => {

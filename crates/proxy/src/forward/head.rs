@@ -20,7 +20,7 @@ use bytes::{BufMut, BytesMut};
 use http::Method;
 
 use super::forwarded::{put_forwarded_value, ClientInfo};
-use crate::h1;
+use crate::h1::{self, is_text, put_field, put_line};
 use gearlb_core::config::ForwardedHeaders;
 use gearlb_core::routing::sticky::Sticky;
 
@@ -94,11 +94,6 @@ impl<'b> ClientHead<'_, 'b> {
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
     }
-}
-
-/// A field value `HeaderValue::to_str` takes: visible ASCII, spaces and tabs.
-fn is_text(v: &[u8]) -> bool {
-    v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
 }
 
 /// A target `http::uri::PathAndQuery` takes whole (the grammar hyper's parser applies:
@@ -223,16 +218,6 @@ fn is_hop(name: &str) -> bool {
         || name.eq_ignore_ascii_case("proxy-authenticate")
 }
 
-fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    // Names go in lower case, as hyper (and HAProxy) write them.
-    let at = out.len();
-    out.put_slice(name);
-    out[at..].make_ascii_lowercase();
-    out.put_slice(b": ");
-    out.put_slice(value);
-    out.put_slice(b"\r\n");
-}
-
 /// Join the text values of field `name` with `", "` (as `forwarded::append_joined`).
 fn joined(h: &ClientHead<'_, '_>, name: &str, out: &mut BytesMut) {
     let mut first = true;
@@ -280,22 +265,22 @@ pub fn write_upstream(
     out.put_slice(h.target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
     let mut cookie = None;
+    // Only a head with a `Cookie` field has the sticky cookie taken out.
+    let sticky = rw.sticky.filter(|_| p.cookie);
     for f in h.fields {
         let name = f.name;
-        let drop = match name.len() {
-            6 if p.cookie && rw.sticky.is_some() && name.eq_ignore_ascii_case("cookie") => {
-                let sticky = rw.sticky.expect("checked");
-                match sticky.take_from(f.value) {
-                    None => false,
-                    Some((value, rest)) => {
-                        cookie.get_or_insert(value);
-                        if !rest.is_empty() {
-                            put_field(out, name.as_bytes(), &rest);
-                        }
-                        true
-                    }
-                }
+        let taken = match sticky {
+            Some(s) if name.eq_ignore_ascii_case("cookie") => s.take_from(f.value),
+            _ => None,
+        };
+        if let Some((value, rest)) = taken {
+            cookie.get_or_insert(value);
+            if !rest.is_empty() {
+                put_field(out, name.as_bytes(), &rest);
             }
+            continue;
+        }
+        let drop = match name.len() {
             9 if name.eq_ignore_ascii_case("forwarded") => !keep_forwarded,
             15 if set.x_forwarded_for && name.eq_ignore_ascii_case("x-forwarded-for") => true,
             16 if name.eq_ignore_ascii_case("x-forwarded-host") => !keep_host,
@@ -304,14 +289,7 @@ pub fn write_upstream(
             _ => is_hop(name),
         };
         if !drop {
-            match h.line(f) {
-                Some(line) => {
-                    let at = out.len();
-                    out.put_slice(line);
-                    out[at..at + name.len()].make_ascii_lowercase();
-                }
-                None => put_field(out, name.as_bytes(), f.value),
-            }
+            put_line(out, h.line(f), name.as_bytes(), f.value);
         }
     }
     let client = rw.client;

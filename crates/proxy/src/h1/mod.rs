@@ -22,8 +22,10 @@ mod tests;
 
 pub use chunked::{Chunked, Step};
 pub use reply::{declared_trailers, write_local, write_reply, Framing, Reply};
-pub use response::{parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD, MAX_HEADERS};
+pub use response::{
+    is_text, parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD, MAX_HEADERS,
+};
 pub use write::{
-    allowed_trailers, encode_chunk, encode_interim, encode_request_head, last_chunk,
-    request_framing, trailer_allowed, ReqFraming, LAST_CHUNK,
+    allowed_trailers, encode_chunk, encode_interim, encode_request_head, last_chunk, put_field,
+    put_line, put_status_line, request_framing, trailer_allowed, ReqFraming, LAST_CHUNK,
 };

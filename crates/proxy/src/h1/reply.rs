@@ -16,7 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, BytesMut};
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
-use super::response::{is_text, tokens, BodyLen, Field, Head, Kind, LengthFix};
+use super::response::{is_text, tokens, BodyLen, Head, Kind, LengthFix};
+use super::write::{put_field, put_line, put_status_line};
 
 /// How the client's response is written, beyond its head.
 pub struct Reply<'a> {
@@ -59,28 +60,6 @@ fn named_by_connection(head: &Head, name: &[u8]) -> bool {
         })
 }
 
-fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
-    // Names go in lower case, as hyper (and HAProxy) write them.
-    let at = out.len();
-    out.put_slice(name);
-    out[at..].make_ascii_lowercase();
-    out.put_slice(b": ");
-    out.put_slice(value);
-    out.put_slice(b"\r\n");
-}
-
-/// A field as it came, in one copy when its line is `name: value\r\n` already.
-fn put_line(out: &mut BytesMut, f: &Field<'_>) {
-    match f.line {
-        Some(line) => {
-            let at = out.len();
-            out.put_slice(line);
-            out[at..at + f.name.len()].make_ascii_lowercase();
-        }
-        None => put_field(out, f.name, f.value),
-    }
-}
-
 /// Write the client's response head for `head` to `out`; returns how its body goes.
 pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
     let status = head.status;
@@ -94,15 +73,7 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         BodyLen::Chunked | BodyLen::Close => Framing::Chunked,
     };
     out.reserve(head.raw_len() + 160);
-    if status == StatusCode::OK {
-        out.put_slice(b"HTTP/1.1 200 OK\r\n");
-    } else {
-        out.put_slice(b"HTTP/1.1 ");
-        out.put_slice(status.as_str().as_bytes());
-        out.put_u8(b' ');
-        out.put_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-        out.put_slice(b"\r\n");
-    }
+    put_status_line(out, status, "<none>");
     // A bodiless answer keeps its length only for HEAD; a chunked one has none.
     let keep_length = match framing {
         Framing::Length(_) => true,
@@ -144,7 +115,7 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         if head.named_hops && named_by_connection(head, f.name) {
             continue;
         }
-        put_line(out, &f);
+        put_line(out, f.line, f.name, f.value);
     }
     match framing {
         Framing::Empty if !no_body => out.put_slice(b"content-length: 0\r\n"),
@@ -191,11 +162,7 @@ pub fn write_local(
     out: &mut BytesMut,
 ) {
     out.reserve(160);
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-    out.put_slice(b"\r\n");
+    put_status_line(out, status, "<none>");
     for (k, v) in headers {
         put_field(out, k.as_str().as_bytes(), v.as_bytes());
     }

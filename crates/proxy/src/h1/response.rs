@@ -378,6 +378,6 @@ pub(super) fn content_length_pieces<'a>(
 }
 
 /// A field value `HeaderValue::to_str` takes: visible ASCII, spaces and tabs.
-pub(super) fn is_text(v: &[u8]) -> bool {
+pub fn is_text(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
 }

@@ -178,11 +178,7 @@ pub fn allowed_trailers(mut t: HeaderMap) -> Option<HeaderMap> {
 /// and its fields, hop-by-hop ones removed by the caller.
 pub fn encode_interim(status: StatusCode, headers: &HeaderMap, out: &mut BytesMut) {
     out.reserve(64);
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.put_slice(b"\r\n");
+    put_status_line(out, status, "");
     for (k, v) in headers {
         out.put_slice(k.as_str().as_bytes());
         out.put_slice(b": ");
@@ -190,4 +186,42 @@ pub fn encode_interim(status: StatusCode, headers: &HeaderMap, out: &mut BytesMu
         out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
+}
+
+/// `HTTP/1.1 <code> <reason>\r\n`: the canonical reason, else `unknown` (hyper writes
+/// `<none>` for a final response, nothing for an interim one).
+pub fn put_status_line(out: &mut BytesMut, status: StatusCode, unknown: &str) {
+    if status == StatusCode::OK {
+        out.put_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or(unknown).as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// One field, `name: value\r\n`, the name in lower case (as hyper and HAProxy write
+/// names).
+pub fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    let at = out.len();
+    out.put_slice(name);
+    out[at..].make_ascii_lowercase();
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// One field as it came: its whole `line` in one copy when it is `name: value\r\n`
+/// already (the name, its first `name_len` bytes, lowered), else written anew.
+pub fn put_line(out: &mut BytesMut, line: Option<&[u8]>, name: &[u8], value: &[u8]) {
+    match line {
+        Some(line) => {
+            let at = out.len();
+            out.put_slice(line);
+            out[at..at + name.len()].make_ascii_lowercase();
+        }
+        None => put_field(out, name, value),
+    }
 }
