@@ -41,7 +41,7 @@ pub(super) fn usable(
     if head.body == h1::BodyLen::Empty {
         return Ok(None);
     }
-    match forward::transfer_codings(head.values("transfer-encoding"))? {
+    match forward::transfer_codings(head.transfer_encodings())? {
         Some(_) if client != http::Version::HTTP_11 => {
             Err("transfer coding the client's protocol cannot carry")
         }

@@ -183,7 +183,7 @@ pub fn write_local(
 /// The trailer fields a chunked body may end with: those its `Trailer` field declared
 /// (as hyper sends them), and never one hyper refuses as a trailer.
 pub fn declared_trailers(head: &Head) -> Vec<HeaderName> {
-    head.values("trailer")
+    head.trailer_fields()
         .flat_map(tokens)
         .filter_map(|t| HeaderName::from_bytes(t).ok())
         .filter(|n| {

@@ -144,31 +144,27 @@ impl Head {
         self.fields.iter().any(|s| s.kind == Kind::Trailer)
     }
 
-    /// The fields, names and values as they came.
-    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields.iter().map(|s| {
-            let n = &self.raw[s.name.0 as usize..(s.name.0 + s.name.1) as usize];
-            let v = &self.raw[s.value.0 as usize..(s.value.0 + s.value.1) as usize];
-            (n, v)
-        })
+    /// The values of the fields of one kind, in order (no name compared again).
+    fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &[u8]> {
+        self.fields
+            .iter()
+            .filter(move |s| s.kind == kind)
+            .map(|s| &self.raw[s.value.0 as usize..(s.value.0 + s.value.1) as usize])
     }
 
-    /// The values of field `name` (lower case), in order.
-    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.fields()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, v)| v)
+    /// The values of its `Transfer-Encoding` fields.
+    pub fn transfer_encodings(&self) -> impl Iterator<Item = &[u8]> {
+        self.of_kind(Kind::TransferEncoding)
     }
 
-    pub fn contains(&self, name: &str) -> bool {
-        self.values(name).next().is_some()
+    /// The values of its `Trailer` fields.
+    pub fn trailer_fields(&self) -> impl Iterator<Item = &[u8]> {
+        self.of_kind(Kind::Trailer)
     }
 
     /// The values of its `Content-Length` fields.
     fn lengths(&self) -> impl Iterator<Item = &[u8]> {
-        self.spans()
-            .filter(|f| f.kind == Kind::ContentLength)
-            .map(|f| f.value)
+        self.of_kind(Kind::ContentLength)
     }
 
     /// The head's length in bytes.
