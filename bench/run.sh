@@ -43,6 +43,9 @@
 #
 # Scenarios (SCENARIOS, run in this order; targets alternate within each round):
 #   peak_small     peak req/s, 16-byte responses, keep-alive clients (wrk -t1 -cCONNECTIONS)
+#   peak_capped    peak_small with the proxy held to a gear's CPU quota (CAP_PERCENT% of
+#                  one CPU, cgroup cpu.max / cpu.cfs_quota_us): the proxy's cost per request
+#                  sets the peak, where peak_small on 2 CPUs meets the load side first
 #   fixed_rate     p50/p99/p99.9 at a fixed rate of 50% of haproxy-reuse's peak (oha -q,
 #                  --latency-correction: corrected for coordinated omission)
 #   new_conn       a new client connection per request (wrk, Connection: close)
@@ -77,7 +80,7 @@ set -euo pipefail
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
 # With none of them set, grep finds nothing: not an error.
-COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -100,9 +103,11 @@ RUN_ROUTES=0
 CHURN_HZ=${CHURN_HZ:-10}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
+CAP_PERCENT=${CAP_PERCENT:-50}        # peak_capped: the proxy's CPU quota, % of one CPU
+CAP_PERIOD_US=${CAP_PERIOD_US:-100000} # ... over this period (the node's cpu_cfs_period_us)
 REF=${REF:-haproxy-reuse}             # the target ratios are computed against
 
-ALL_SCENARIOS="peak_small fixed_rate new_conn large_body many_backends many_routes churn idle_memory instructions"
+ALL_SCENARIOS="peak_small peak_capped fixed_rate new_conn large_body many_backends many_routes churn idle_memory instructions"
 # SCENARIO (one name) is kept for compatibility with the first version of this script.
 read -r -a SCENARIOS <<<"${SCENARIOS:-${SCENARIO:-$ALL_SCENARIOS}}"
 read -r -a TARGETS <<<"${TARGETS:-gearlb haproxy-close haproxy-reuse direct}"
@@ -182,6 +187,53 @@ wait_until() {
     die "$what: not ready after ${secs}s"
 }
 
+# ---- a gear's CPU quota (peak_capped) ----------------------------------------------
+
+CAP_CGROUP="" # this run's CPU-quota cgroup, made on first use
+
+# cap_cpu PID: moves the process (all its threads) into this run's CPU-quota cgroup:
+# CAP_PERCENT% of one CPU over CAP_PERIOD_US, through cgroup v2's cpu.max where the
+# unified hierarchy has the cpu controller, else v1's cpu.cfs_quota_us (what the node's
+# cgroups set for a gear). The process leaves it when it exits.
+cap_cpu() {
+    [[ -n $CAP_CGROUP ]] || make_cap_cgroup
+    echo "$1" >"$CAP_CGROUP/cgroup.procs" 2>/dev/null ||
+        die "cannot move process $1 into the CPU-quota cgroup $CAP_CGROUP"
+}
+
+make_cap_cgroup() {
+    local quota=$((CAP_PERIOD_US * CAP_PERCENT / 100)) root=/sys/fs/cgroup dir
+    ((CAP_PERCENT > 0 && CAP_PERIOD_US >= 1000 && quota >= 1000)) ||
+        die "CAP_PERCENT=$CAP_PERCENT of CAP_PERIOD_US=$CAP_PERIOD_US µs: a quota of at least 1000 µs is needed"
+    if [[ -f $root/cgroup.controllers ]] && grep -qw cpu "$root/cgroup.controllers"; then
+        grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu >"$root/cgroup.subtree_control" ||
+            die "cannot enable the cgroup v2 cpu controller in $root"
+        dir=$root/gearlb-bench-$$
+        { mkdir "$dir" && echo "$quota $CAP_PERIOD_US" >"$dir/cpu.max"; } ||
+            die "cannot make the CPU-quota cgroup $dir"
+    elif [[ -f $root/cpu/cpu.cfs_quota_us ]]; then
+        dir=$root/cpu/gearlb-bench-$$
+        { mkdir "$dir" && echo "$CAP_PERIOD_US" >"$dir/cpu.cfs_period_us" &&
+            echo "$quota" >"$dir/cpu.cfs_quota_us"; } || die "cannot make the CPU-quota cgroup $dir"
+    else
+        die "peak_capped needs the cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us) and root"
+    fi
+    CAP_CGROUP=$dir
+    log "CPU quota: $quota µs every $CAP_PERIOD_US µs ($CAP_PERCENT% of one CPU) in $dir"
+}
+
+# remove_cap_cgroup: the cgroup goes once its processes have; any left go back to the
+# parent first.
+remove_cap_cgroup() {
+    [[ -n $CAP_CGROUP && -d $CAP_CGROUP ]] || return 0
+    local pid
+    while read -r pid; do
+        echo "$pid" >"$(dirname "$CAP_CGROUP")/cgroup.procs" 2>/dev/null || true
+    done <"$CAP_CGROUP/cgroup.procs"
+    rmdir "$CAP_CGROUP" 2>/dev/null || log "could not remove the cgroup $CAP_CGROUP"
+    CAP_CGROUP=""
+}
+
 # Prefixes that pin a command to a CPU set (or do nothing when PIN=0).
 PIN_PROXY=()
 PIN_LOAD=()
@@ -246,6 +298,7 @@ cleanup() {
     set +e
     trap - EXIT INT TERM HUP
     for pid in "${PIDS[@]}"; do kill_wait "$pid" TERM 5; done
+    remove_cap_cgroup
     if [[ -n $TMP && -d $TMP ]]; then
         # Keep it for post-mortems of failures, not after Ctrl-C / SIGTERM / SIGHUP.
         if [[ $KEEP_TMP == 1 ]] || ((rc != 0 && rc != 129 && rc != 130 && rc != 143)); then
@@ -741,6 +794,34 @@ cpu_us_per_request() {
         END { if (n > 0 && b != "?" && a != "?") printf "%.2f", (b - a) / hz * 1e6 / n; else print "?" }' "$3"
 }
 
+# cpu_busy CPUS: "BUSY TOTAL" ticks of /proc/stat summed over a CPU list such as "0" or
+# "0,2-3" (busy: everything but idle and iowait; steal counts as busy, as it is lost to
+# the run).
+cpu_busy() {
+    awk -v list="$1" '
+        BEGIN {
+            n = split(list, part, ",")
+            for (i = 1; i <= n; i++) {
+                if (split(part[i], r, "-") == 2) { for (c = r[1]; c <= r[2]; c++) want["cpu" c] = 1 }
+                else want["cpu" part[i]] = 1
+            }
+        }
+        $1 in want { for (i = 2; i <= 9; i++) t += $i; idle += $5 + $6 }
+        END { print t - idle, t }' /proc/stat
+}
+
+# busy_percent "BUSY TOTAL" "BUSY TOTAL": the CPUs' busy share between two cpu_busy
+# samples, or "-" without pinning (the proxy and the load then share every CPU).
+busy_percent() {
+    [[ $PIN == 1 ]] || {
+        echo "-"
+        return 0
+    }
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        if (y[2] > x[2]) printf "%.0f", (y[1] - x[1]) * 100 / (y[2] - x[2]); else print "-" }'
+}
+
 # wrk_run OUT CONNECTIONS SECONDS URL [EXTRA WRK ARGS...]
 wrk_run() {
     local out=$1 c=$2 secs=$3 url=$4
@@ -774,20 +855,45 @@ declare -A SCENARIO_DESC SCENARIO_COLS SCENARIO_TARGETS SCENARIO_VARIANTS SCENAR
     SCENARIO_BETTER SCENARIO_METRIC2 SCENARIO_BETTER2 SCENARIO_ERRORS_OK
 
 SCENARIO_DESC[peak_small]="peak req/s, 16-byte responses, keep-alive clients: wrk -t1 -c$CONNECTIONS -d${DURATION}s (after a ${WARMUP}s warm-up)"
-SCENARIO_COLS[peak_small]="req/s p50_ms p99_ms errors cpu_us"
+# load_cpu% and proxy_cpu%: how busy LOAD_CPUS (wrk, the nginx backends) and PROXY_CPUS
+# were during the run. A load side near 100% means the run measured the load side, not
+# the proxy: on a 2-CPU host that is what peak_small meets first (bench/RESULTS.md).
+SCENARIO_COLS[peak_small]="req/s p50_ms p99_ms errors cpu_us load_cpu% proxy_cpu%"
 SCENARIO_METRIC[peak_small]="req/s"
 SCENARIO_METRIC2[peak_small]="cpu_us"
 SCENARIO_BETTER2[peak_small]=lower
 SCENARIO_BETTER[peak_small]=higher
 scenario_peak_small() {
-    local url=$2/ out=$3 r pid t0 cpu
+    local url=$2/ out=$3 r pid t0 cpu l0 p0 load proxy
     warmup "$url" "$out" "$CONNECTIONS"
     pid=$(target_pid "$1")
     t0=$(cpu_ticks "$pid")
+    l0=$(cpu_busy "$LOAD_CPUS")
+    p0=$(cpu_busy "$PROXY_CPUS")
     wrk_run "$out" "$CONNECTIONS" "$DURATION" "$url"
+    load=$(busy_percent "$l0" "$(cpu_busy "$LOAD_CPUS")")
+    proxy=$(busy_percent "$p0" "$(cpu_busy "$PROXY_CPUS")")
     cpu=$(cpu_us_per_request "$pid" "$t0" "$out")
     r=$(parse_wrk "$out")
-    ROW="$(cut -f1-4 <<<"$r")"$'\t'"$cpu"
+    ROW="$(cut -f1-4 <<<"$r")"$'\t'"$cpu"$'\t'"$load"$'\t'"$proxy"
+}
+
+# peak_capped: the proxy held to a gear's CPU quota, as the node's cgroups hold every
+# gear (origin-server's resource_limits.conf: cpu_cfs_quota_us over cpu_cfs_period_us).
+# The load side then has CPU to spare and the proxy's cost per request sets the peak.
+SCENARIO_DESC[peak_capped]="peak req/s of a proxy held to CAP_PERCENT=$CAP_PERCENT% of one CPU (cgroup CPU quota over a ${CAP_PERIOD_US}µs period, as a gear is), keep-alive clients: wrk -t1 -c$CONNECTIONS -d${DURATION}s"
+SCENARIO_COLS[peak_capped]="req/s p50_ms p99_ms errors cpu_us load_cpu% proxy_cpu%"
+SCENARIO_METRIC[peak_capped]="req/s"
+SCENARIO_BETTER[peak_capped]=higher
+SCENARIO_METRIC2[peak_capped]="cpu_us"
+SCENARIO_BETTER2[peak_capped]=lower
+SCENARIO_TARGETS[peak_capped]="gearlb gearlb-allfwd gearlb-noaff gearlb-alt haproxy-close haproxy-reuse haproxy-fwd haproxy-last"
+scenario_peak_capped() {
+    local pid
+    pid=$(target_pid "$1")
+    [[ -n $pid ]] || die "peak_capped: target $1 has no process to cap"
+    cap_cpu "$pid"
+    scenario_peak_small "$@"
 }
 
 # oha_tally FILE (oha --output-format json) -> "OK ERRORS" (tab-separated): OK = 2xx/3xx
