@@ -78,7 +78,12 @@ fuzz_target!(|data: &[u8]| {
         head_request: input.head_request,
         codings,
         strip_cookie: input.sticky.then_some("GEAR"),
-        set_cookie: (input.sticky && input.set_cookie).then_some(&b"GEAR=w1; path=/"[..]),
+        set_cookie: (input.sticky && input.set_cookie).then_some(h1::SetCookie {
+            sticky: &sticky,
+            value: "w1",
+            secure: false,
+            now: 0,
+        }),
         close: input.close,
     };
     let mut out = BytesMut::new();
@@ -144,7 +149,7 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(values("set-cookie")
         .iter()
-        .all(|v| !input.sticky || !v.trim_ascii_start().starts_with(b"GEAR=") || *v == b"GEAR=w1; path=/"));
+        .all(|v| !input.sticky || !v.trim_ascii_start().starts_with(b"GEAR=") || *v == b"GEAR=w1; path=/; HttpOnly"));
 
     // Every other field as the HeaderMap path has it.
     let mut parts = head.to_parts();

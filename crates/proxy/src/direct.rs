@@ -129,12 +129,17 @@ async fn forward(
     };
     backend.stats.response(head.status.as_u16());
     let insert = sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
-    let set_cookie = insert.and_then(|s| s.set_cookie(&backend.sticky, secure, now));
+    let set_cookie = insert.map(|sticky| h1::SetCookie {
+        sticky,
+        value: &backend.sticky,
+        secure,
+        now,
+    });
     let reply = Reply {
         head_request: h.method == Method::HEAD,
         codings: codings.as_ref().map(|c| c.as_bytes()),
         strip_cookie: sticky.map(Sticky::name),
-        set_cookie: set_cookie.as_ref().map(|c| c.as_bytes()),
+        set_cookie,
         // At the stop, the request in flight is answered and the connection closes.
         close: h.close || stop.is_cancelled(),
     };

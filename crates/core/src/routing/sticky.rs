@@ -13,6 +13,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use bytes::BufMut;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use http::header::{self, HeaderMap, HeaderValue};
@@ -187,6 +188,24 @@ impl Sticky {
     /// the client came over HTTPS.
     pub fn set_cookie(&self, value: &str, secure: bool, now: u64) -> Option<HeaderValue> {
         // Sent with most first responses: one buffer, handed to the header as is.
+        let mut s = Vec::with_capacity(self.name.len() + value.len() + 32);
+        if !self.put_set_cookie(value, secure, now, &mut s) {
+            return None;
+        }
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
+    }
+
+    /// The value of [`Sticky::set_cookie`] written at the end of `out`, for a head
+    /// written as bytes: no allocation for a plain cookie. `false`, with nothing
+    /// written, when it would not be a field value (a control byte in the name or the
+    /// backend's value), where `set_cookie` gives `None`.
+    pub fn put_set_cookie(
+        &self,
+        value: &str,
+        secure: bool,
+        now: u64,
+        out: &mut impl BufMut,
+    ) -> bool {
         let sealed;
         let value = match self.seal {
             None => value,
@@ -195,15 +214,19 @@ impl Sticky {
                 &sealed
             }
         };
-        let mut s = Vec::with_capacity(self.name.len() + value.len() + 32);
-        s.extend_from_slice(self.name.as_bytes());
-        s.push(b'=');
-        s.extend_from_slice(value.as_bytes());
-        s.extend_from_slice(b"; path=/; HttpOnly");
-        if secure {
-            s.extend_from_slice(b"; Secure");
+        // What `HeaderValue` accepts: tab, and every byte but the other controls.
+        let ok = |b: &u8| *b == b'\t' || (*b >= 0x20 && *b != 0x7f);
+        if !(self.name.bytes().all(|b| ok(&b)) && value.as_bytes().iter().all(ok)) {
+            return false;
         }
-        HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
+        out.put_slice(self.name.as_bytes());
+        out.put_u8(b'=');
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"; path=/; HttpOnly");
+        if secure {
+            out.put_slice(b"; Secure");
+        }
+        true
     }
 
     /// Remove a backend's own `Set-Cookie` for our cookie name (HAProxy does the same
@@ -379,6 +402,39 @@ mod tests {
             s.set_cookie("web1-ns", true, 0).unwrap(),
             "GEAR=web1-ns; path=/; HttpOnly; Secure"
         );
+    }
+
+    #[test]
+    fn set_cookie_written_as_bytes_is_the_header_value() {
+        let plain = Sticky::plain("GEAR");
+        let sealed = Sticky::sealed("GEAR", b"secret", 3600);
+        for secure in [false, true] {
+            let mut out = b"set-cookie: ".to_vec();
+            assert!(plain.put_set_cookie("web1-ns", secure, 7, &mut out));
+            let v = plain.set_cookie("web1-ns", secure, 7).unwrap();
+            assert_eq!(&out[12..], v.as_bytes());
+            // A sealed value has a fresh nonce each time: it must still open.
+            let mut out = Vec::new();
+            assert!(sealed.put_set_cookie("web1-ns", secure, 7, &mut out));
+            let text = std::str::from_utf8(&out).unwrap();
+            let value = text
+                .strip_prefix("GEAR=")
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap();
+            assert_eq!(
+                sealed.decode(value.as_bytes(), 8).as_deref(),
+                Some("web1-ns")
+            );
+            assert_eq!(text.ends_with("; Secure"), secure);
+        }
+        // What a header value cannot carry is not written, as set_cookie refuses it.
+        let mut out = b"x".to_vec();
+        assert!(!plain.put_set_cookie("web\r\n1", false, 0, &mut out));
+        assert!(plain.set_cookie("web\r\n1", false, 0).is_none());
+        assert!(!Sticky::plain("G\x01").put_set_cookie("web1", false, 0, &mut out));
+        assert_eq!(out, b"x");
     }
 
     #[test]

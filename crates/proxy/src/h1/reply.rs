@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, BytesMut};
+use gearlb_core::routing::sticky::Sticky;
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
 use super::response::{is_text, tokens, BodyLen, Head, Kind, LengthFix};
@@ -27,10 +28,23 @@ pub struct Reply<'a> {
     pub codings: Option<&'a [u8]>,
     /// The balancer's sticky cookie name: the backend's own `Set-Cookie` for it goes.
     pub strip_cookie: Option<&'a str>,
-    /// The balancer's `Set-Cookie` value, when the client gets one.
-    pub set_cookie: Option<&'a [u8]>,
+    /// The balancer's `Set-Cookie`, when the client gets one.
+    pub set_cookie: Option<SetCookie<'a>>,
     /// The client's connection closes after this response.
     pub close: bool,
+}
+
+/// The balancer's sticky cookie for a backend, written straight into the head
+/// ([`Sticky::put_set_cookie`]: what `Sticky::set_cookie` gives hyper's path).
+#[derive(Clone, Copy)]
+pub struct SetCookie<'a> {
+    pub sticky: &'a Sticky,
+    /// The backend's sticky value.
+    pub value: &'a str,
+    /// The client came over HTTPS: `Secure`.
+    pub secure: bool,
+    /// Unix seconds, for a sealed cookie's expiry.
+    pub now: u64,
 }
 
 /// How the body follows the head on the client's connection.
@@ -130,10 +144,16 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         _ => {}
     }
     if let Some(c) = r.set_cookie {
-        put_field(out, b"set-cookie", c);
-        // nocache: a shared cache must not hand one client's cookie to everyone.
-        if !cache_control {
-            out.put_slice(b"cache-control: private\r\n");
+        let mark = out.len();
+        out.put_slice(b"set-cookie: ");
+        if c.sticky.put_set_cookie(c.value, c.secure, c.now, out) {
+            out.put_slice(b"\r\n");
+            // nocache: a shared cache must not hand one client's cookie to everyone.
+            if !cache_control {
+                out.put_slice(b"cache-control: private\r\n");
+            }
+        } else {
+            out.truncate(mark);
         }
     }
     if r.close {

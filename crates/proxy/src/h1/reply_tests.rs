@@ -151,9 +151,16 @@ fn framing_as_hyper_writes_it() {
 
 #[test]
 fn the_sticky_cookie_is_the_balancers() {
+    let sticky = Sticky::plain("GEAR");
+    let cookie = SetCookie {
+        sticky: &sticky,
+        value: "web2",
+        secure: false,
+        now: 0,
+    };
     let r = Reply {
         strip_cookie: Some("GEAR"),
-        set_cookie: Some(b"GEAR=web2; path=/"),
+        set_cookie: Some(cookie),
         ..PLAIN
     };
     let (out, _) = reply(
@@ -163,7 +170,7 @@ fn the_sticky_cookie_is_the_balancers() {
     );
     assert!(!out.contains("GEAR=forged") && out.contains("set-cookie: GEARS=kept\r\n"));
     assert!(
-        out.contains("set-cookie: GEAR=web2; path=/\r\ncache-control: private\r\n"),
+        out.contains("set-cookie: GEAR=web2; path=/; HttpOnly\r\ncache-control: private\r\n"),
         "{out}"
     );
     let (out, _) = reply(
@@ -172,6 +179,44 @@ fn the_sticky_cookie_is_the_balancers() {
         &r,
     );
     assert!(!out.contains("private"), "{out}");
+    // Over HTTPS it is Secure; a value no field can carry sends no cookie at all (as
+    // hyper's path, where it is no header value), and no half-written field.
+    let secure = Reply {
+        set_cookie: Some(SetCookie {
+            secure: true,
+            ..cookie
+        }),
+        ..r
+    };
+    let (out, _) = reply(
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &Method::GET,
+        &secure,
+    );
+    assert!(
+        out.contains("set-cookie: GEAR=web2; path=/; HttpOnly; Secure\r\n"),
+        "{out}"
+    );
+    let bad = Reply {
+        set_cookie: Some(SetCookie {
+            value: "web\r\n2",
+            ..cookie
+        }),
+        ..r
+    };
+    let (out, _) = reply(
+        "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        &Method::GET,
+        &bad,
+    );
+    assert!(
+        !out.contains("set-cookie") && !out.contains("private"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("\r\n\r\n") && out.matches("\r\n\r\n").count() == 1,
+        "{out}"
+    );
 }
 
 #[test]
