@@ -201,10 +201,19 @@ cap_cpu() {
         die "cannot move process $1 into the CPU-quota cgroup $CAP_CGROUP"
 }
 
+# check_cap: CAP_PERCENT and CAP_PERIOD_US make a quota the kernel takes (checked before
+# anything starts).
+check_cap() {
+    [[ $CAP_PERCENT =~ ^[0-9]+$ && $CAP_PERIOD_US =~ ^[0-9]+$ ]] ||
+        die "CAP_PERCENT=$CAP_PERCENT and CAP_PERIOD_US=$CAP_PERIOD_US must be whole numbers"
+    local quota=$((CAP_PERIOD_US * CAP_PERCENT / 100))
+    ((CAP_PERCENT > 0 && CAP_PERIOD_US >= 1000 && CAP_PERIOD_US <= 1000000 && quota >= 1000)) ||
+        die "CAP_PERCENT=$CAP_PERCENT of CAP_PERIOD_US=$CAP_PERIOD_US µs: the period must be 1000-1000000 µs and the quota at least 1000 µs"
+}
+
 make_cap_cgroup() {
+    check_cap
     local quota=$((CAP_PERIOD_US * CAP_PERCENT / 100)) root=/sys/fs/cgroup dir
-    ((CAP_PERCENT > 0 && CAP_PERIOD_US >= 1000 && quota >= 1000)) ||
-        die "CAP_PERCENT=$CAP_PERCENT of CAP_PERIOD_US=$CAP_PERIOD_US µs: a quota of at least 1000 µs is needed"
     if [[ -f $root/cgroup.controllers ]] && grep -qw cpu "$root/cgroup.controllers"; then
         grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu >"$root/cgroup.subtree_control" ||
             die "cannot enable the cgroup v2 cpu controller in $root"
@@ -1454,6 +1463,7 @@ main() {
     done
     ensure_tools
     setup_pinning
+    [[ " ${SCENARIOS[*]} " != *" peak_capped "* ]] || check_cap
     # Every client, server and proxy connection is a descriptor: raise the limits
     # (children inherit them).
     local want=$((IDLE_CONNS * 4 + MANY_N * 4 + 65536))
