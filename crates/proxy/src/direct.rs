@@ -8,7 +8,6 @@
 //! The connection that reads the heads and writes what this returns is
 //! `downstream::lane`; which requests come here is [`forward::head::read`]'s rule.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -22,7 +21,6 @@ use super::forward::head::{write_upstream, ClientHead, Rewrite};
 use super::h1;
 use super::h1::{Framing, Reply, ReqFraming};
 use super::request::{answered, failed, LogLine};
-use super::respond::usable;
 use super::session::ConnState;
 use super::shared::Settings;
 use super::upstream::{Outgoing, ReqBody, UpBody};
@@ -110,25 +108,18 @@ async fn forward(
         wait,
         interim: Some(&push),
     };
+    let answered = dispatch(&d, outgoing()).await?;
+    let codings = answered.usable(None, http::Version::HTTP_11)?;
+    let insert = answered.cookie_to_set(sticky, pinned.as_ref());
     let Dispatched {
         head,
         upload,
         conn: up,
         backend,
         flight,
-    } = dispatch(&d, outgoing()).await?;
+    } = answered;
     let last = Some(backend.clone());
-    let codings = match usable(&head, None, http::Version::HTTP_11) {
-        Ok(c) => c,
-        Err(why) => {
-            drop(up);
-            let errors = &backend.stats.response_errors;
-            errors.fetch_add(1, Ordering::Relaxed);
-            return Err((ForwardError::BadResponse(why), last));
-        }
-    };
     backend.stats.response(head.status.as_u16());
-    let insert = sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
     let set_cookie = insert.map(|sticky| h1::SetCookie {
         sticky,
         value: &backend.sticky,

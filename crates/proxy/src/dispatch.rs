@@ -16,6 +16,7 @@ use super::attempt::{send_once, Replay, Sending};
 use super::error::ForwardError;
 use super::h1;
 use super::health::EjectSender;
+use super::respond::usable;
 use super::router::{Router, Target};
 use super::services::Service;
 use super::session::ConnState;
@@ -24,6 +25,7 @@ use super::upstream::{self, Answer, Check, Conn, Outgoing, RetryType};
 use super::wait::Wait;
 use gearlb_core::routing::sticky::Sticky;
 use gearlb_core::time::unix_secs;
+use http::HeaderValue;
 
 /// What every attempt of one request shares.
 pub(super) struct Dispatch<'a> {
@@ -47,6 +49,33 @@ pub(super) struct Dispatched {
     pub(super) conn: Conn,
     pub(super) backend: Arc<Target>,
     pub(super) flight: InFlight,
+}
+
+impl Dispatched {
+    /// The transfer codings the body keeps for the client (`respond::usable`), or the
+    /// answer is one the client cannot be given: the backend's response error, counted,
+    /// and its connection goes with this answer.
+    pub(super) fn usable(
+        &self,
+        asked_upgrade: Option<&HeaderValue>,
+        client: http::Version,
+    ) -> Result<Option<HeaderValue>, (ForwardError, Option<Arc<Target>>)> {
+        usable(&self.head, asked_upgrade, client).map_err(|why| {
+            let errors = &self.backend.stats.response_errors;
+            errors.fetch_add(1, Ordering::Relaxed);
+            (ForwardError::BadResponse(why), Some(self.backend.clone()))
+        })
+    }
+
+    /// The sticky cookie the client gets: none when the cookie it sent already names
+    /// the backend that answered.
+    pub(super) fn cookie_to_set<'s>(
+        &self,
+        sticky: Option<&'s Sticky>,
+        pinned: Option<&Arc<Target>>,
+    ) -> Option<&'s Sticky> {
+        sticky.filter(|_| pinned.is_none_or(|p| !Arc::ptr_eq(p, &self.backend)))
+    }
 }
 
 /// The service a request for `host` and `path` goes to: none where the listener has no

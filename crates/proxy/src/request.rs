@@ -18,7 +18,7 @@ use super::dispatch::{dispatch, scope, secure, service_for, sticky_pin, Dispatch
 use super::error::{error_response, ForwardError};
 use super::forward;
 use super::h1;
-use super::respond::{endpoint_upgrade, respond, usable, Exchanged, ForClient};
+use super::respond::{endpoint_upgrade, respond, Exchanged, ForClient};
 use super::shared::Settings;
 use super::upstream::{self, Outgoing, ReqBody};
 use super::wait::Wait;
@@ -243,27 +243,17 @@ async fn forward(
         wait,
         interim,
     };
+    let answered = dispatch(&d, req).await?;
+    let codings = answered.usable(asked_upgrade.as_ref(), client_version)?;
+    let insert_cookie = answered.cookie_to_set(sticky, pinned.as_ref());
     let Dispatched {
         head,
         upload,
         conn: up,
         backend,
         flight,
-    } = dispatch(&d, req).await?;
-    let last = Some(backend.clone());
-    let codings = match usable(&head, asked_upgrade.as_ref(), client_version) {
-        Ok(c) => c,
-        Err(why) => {
-            drop(up);
-            backend
-                .stats
-                .response_errors
-                .fetch_add(1, Ordering::Relaxed);
-            return Err((ForwardError::BadResponse(why), last));
-        }
-    };
-    let insert_cookie =
-        sticky.filter(|_| pinned.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &backend)));
+    } = answered;
+    let last = Some(backend);
     let exchanged = Exchanged {
         conn: up,
         upload,
