@@ -234,6 +234,11 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         Err(_) => return Err(ParseError::Head("not an HTTP/1 response")),
     };
     let code = r.code.ok_or(ParseError::Head("no status"))?;
+    // RFC 9110 15: codes outside 100..=599 are invalid (often a library's own errors);
+    // answered as a broken response (502), not passed on.
+    if !(100..=599).contains(&code) {
+        return Err(ParseError::Head("status outside 100-599"));
+    }
     let status = StatusCode::from_u16(code).map_err(|_| ParseError::Head("bad status"))?;
     let version = match r.version {
         Some(1) => Version::HTTP_11,

@@ -263,8 +263,16 @@ fn partial_heads_wait_and_bad_ones_are_errors() {
         "HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n",
         "SSH-2.0-OpenSSH\r\n\r\n",
         "HTTP/1.1 abc OK\r\n\r\n",
+        // Outside 100..=599 (RFC 9110 15): invalid, whatever `StatusCode` would hold.
+        "HTTP/1.1 600 X\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 999 X\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 099 X\r\ncontent-length: 0\r\n\r\n",
     ] {
         assert!(parse(bad, Method::GET).is_err(), "{bad:?} accepted");
+    }
+    // The edges of the range are answers.
+    for ok in ["HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 599 X\r\n\r\n"] {
+        assert!(parse(ok, Method::GET).unwrap().is_some(), "{ok:?} refused");
     }
     let many: String = (0..MAX_HEADERS + 1)
         .map(|i| format!("x-{i}: v\r\n"))
