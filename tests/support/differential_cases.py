@@ -1,0 +1,275 @@
+"""The cases of tests/support/differential.py: what a client sends (request side) and what
+a backend answers (response side). Collected from the request smuggling literature
+(CL.TE, TE.CL, TE.TE obfuscations; chunk-size, chunk-extension and trailer tricks;
+request-line and field-syntax oddities; upgrades and Expect) and from response
+splitting (two answers to one request, conflicting lengths, 1xx/204/304 with bodies)."""
+from collections import namedtuple
+
+Case = namedtuple("Case", "name sends answers")
+# An answer ending in CLOSE is sent without it and the backend then closes.
+CLOSE = b"#CLOSE"
+# A request the client hides behind the first one; it must only ever reach a backend as
+# a request of its own, framed the way the client framed it.
+S = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+ALL = []
+
+
+def req(name, data):
+    ALL.append(Case(name, data if isinstance(data, list) else [data], {}))
+
+
+def post(name, hdrs, body):
+    req(name, b"POST /c HTTP/1.1\r\nHost: x\r\n" + hdrs + b"\r\n" + body)
+
+
+# --- CL / TE conflicts and obfuscations -------------------------------------------
+post("cl-te", b"Content-Length: 6\r\nTransfer-Encoding: chunked\r\n", b"0\r\n\r\n" + S)
+post("te-cl", b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", b"5c\r\n" + S + b"\r\n0\r\n\r\n")
+for n, te in [
+    ("te-xchunked", b"Transfer-Encoding: xchunked"),
+    ("te-leading-space", b"Transfer-Encoding:  chunked"),
+    ("te-tab", b"Transfer-Encoding:\tchunked"),
+    ("te-space-before-colon", b"Transfer-Encoding : chunked"),
+    ("te-chunked-identity", b"Transfer-Encoding: chunked, identity"),
+    ("te-identity-chunked", b"Transfer-Encoding: identity, chunked"),
+    ("te-gzip-chunked", b"Transfer-Encoding: gzip, chunked"),
+    ("te-chunked-gzip", b"Transfer-Encoding: chunked, gzip"),
+    ("te-dup", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: x"),
+    ("te-dup2", b"Transfer-Encoding: x\r\nTransfer-Encoding: chunked"),
+    ("te-dup-chunked", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked"),
+    ("te-case", b"Transfer-Encoding: cHuNkEd"),
+    ("te-quoted", b'Transfer-Encoding: "chunked"'),
+    ("te-param", b"Transfer-Encoding: chunked;q=1"),
+    ("te-nul", b"Transfer-Encoding: chunked\x00"),
+    ("te-vt", b"Transfer-Encoding:\x0bchunked"),
+    ("te-ff", b"Transfer-Encoding: chunked\x0c"),
+    ("te-underscore", b"Transfer_Encoding: chunked"),
+    ("te-obsfold", b"Transfer-Encoding:\r\n chunked"),
+    ("te-obsfold2", b"X: y\r\n Transfer-Encoding: chunked"),
+    ("te-bare-lf", b"X: y\nTransfer-Encoding: chunked"),
+    ("te-bare-cr", b"X: y\rTransfer-Encoding: chunked"),
+    ("te-comma-empty", b"Transfer-Encoding: ,chunked"),
+    ("te-chunked-comma", b"Transfer-Encoding: chunked,"),
+    ("te-empty", b"Transfer-Encoding: "),
+    ("te-identity", b"Transfer-Encoding: identity"),
+    ("te-trailing-junk", b"Transfer-Encoding: chunked x"),
+    ("te-nbsp", b"Transfer-Encoding: \xa0chunked"),
+    ("te-name-nul", b"Transfer-Encoding\x00: chunked"),
+]:
+    post(n + "+cl", te + b"\r\nContent-Length: 5\r\n", b"0\r\n\r\n" + S)
+    post(n, te + b"\r\n", b"0\r\n\r\n" + S)
+for n, cl in [
+    ("cl-dup-same", b"Content-Length: 5\r\nContent-Length: 5"),
+    ("cl-dup-diff", b"Content-Length: 5\r\nContent-Length: 0"),
+    ("cl-list-same", b"Content-Length: 5, 5"),
+    ("cl-list-diff", b"Content-Length: 0, 5"),
+    ("cl-plus", b"Content-Length: +5"),
+    ("cl-minus", b"Content-Length: -5"),
+    ("cl-hex", b"Content-Length: 0x5"),
+    ("cl-leading-zero", b"Content-Length: 005"),
+    ("cl-space-inside", b"Content-Length: 5 0"),
+    ("cl-trailing-junk", b"Content-Length: 5x"),
+    ("cl-huge", b"Content-Length: 99999999999999999999999"),
+    ("cl-empty", b"Content-Length: "),
+    ("cl-space-before-colon", b"Content-Length : 5"),
+    ("cl-obsfold", b"Content-Length:\r\n 5"),
+    ("cl-tab", b"Content-Length:\t5\t"),
+    ("cl-underscore", b"Content_Length: 5"),
+    ("cl-decimal", b"Content-Length: 5.0"),
+    ("cl-unicode-digit", "Content-Length: \u0665".encode()),
+]:
+    post(n, cl + b"\r\n", b"hello" + S)
+
+# --- chunk framing ---------------------------------------------------------------
+for n, body in [
+    ("chunk-hex-prefix", b"0x5\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-ext", b"5;a=b\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-ext-quoted-crlf", b'5;a="x\r\n0\r\n\r\n' + S + b'"\r\nhello\r\n0\r\n\r\n'),
+    ("chunk-space-size", b"5 \r\nhello\r\n0\r\n\r\n"),
+    ("chunk-leading-space", b" 5\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-overflow", b"FFFFFFFFFFFFFFFF1\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-overflow2", b"10000000000000005\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-negative", b"-5\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-underscore", b"0_5\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-bare-lf", b"5\nhello\n0\n\n"),
+    ("chunk-bare-lf-end", b"5\r\nhello\n0\r\n\r\n"),
+    ("chunk-missing-crlf", b"5\r\nhelloXX0\r\n\r\n"),
+    ("chunk-too-long-data", b"3\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-last-ext", b"0;x\r\n\r\n"),
+    ("chunk-trailer", b"0\r\nX-T: y\r\n\r\n"),
+    ("chunk-trailer-te", b"0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+    ("chunk-trailer-cl", b"0\r\nContent-Length: 5\r\n\r\nhello"),
+    ("chunk-trailer-obsfold", b"0\r\nX: y\r\n z\r\n\r\n"),
+    ("chunk-trailer-bare-lf", b"0\r\nX: y\n\r\n"),
+    ("chunk-zero-leading", b"005\r\nhello\r\n0000\r\n\r\n"),
+    ("chunk-bare-cr-ext", b"5;a\rb\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-ext-space", b"5 ;a=b\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-ext-bad-token", b"5;a b\r\nhello\r\n0\r\n\r\n"),
+    ("chunk-0-no-final-crlf", b"0\r\n"),
+]:
+    post(n, b"Transfer-Encoding: chunked\r\n", body + S)
+
+# --- request line ----------------------------------------------------------------
+for n, line in [
+    ("rl-double-space", b"GET  /c HTTP/1.1"),
+    ("rl-trailing-space", b"GET /c HTTP/1.1 "),
+    ("rl-tab", b"GET\t/c\tHTTP/1.1"),
+    ("rl-http110", b"GET /c HTTP/1.10"),
+    ("rl-http12", b"GET /c HTTP/1.2"),
+    ("rl-http20", b"GET /c HTTP/2.0"),
+    ("rl-http09", b"GET /c HTTP/0.9"),
+    ("rl-lower-proto", b"GET /c http/1.1"),
+    ("rl-bad-method", b"G(ET /c HTTP/1.1"),
+    ("rl-lower-method", b"get /c HTTP/1.1"),
+    ("rl-space-target", b"GET /c d HTTP/1.1"),
+    ("rl-absolute", b"GET http://x/c HTTP/1.1"),
+    ("rl-absolute-other-host", b"GET http://evil/c HTTP/1.1"),
+    ("rl-absolute-userinfo", b"GET http://a@x/c HTTP/1.1"),
+    ("rl-asterisk-get", b"GET * HTTP/1.1"),
+    ("rl-options-asterisk", b"OPTIONS * HTTP/1.1"),
+    ("rl-connect", b"CONNECT x:80 HTTP/1.1"),
+    ("rl-fragment", b"GET /c#frag HTTP/1.1"),
+    ("rl-nul", b"GET /c\x00 HTTP/1.1"),
+    ("rl-vt", b"GET /c\x0bHTTP/1.1"),
+    ("rl-bare-cr", b"GET /c\r HTTP/1.1"),
+    ("rl-no-slash", b"GET c HTTP/1.1"),
+    ("rl-high-byte", b"GET /c\xff HTTP/1.1"),
+    ("rl-backslash", b"GET /c\\d HTTP/1.1"),
+    ("rl-leading-crlf", b"\r\nGET /c HTTP/1.1"),
+    ("rl-leading-space", b" GET /c HTTP/1.1"),
+    ("rl-no-version", b"GET /c"),
+    ("rl-TRACE", b"TRACE /c HTTP/1.1"),
+    ("rl-long-method", b"A" * 200 + b" /c HTTP/1.1"),
+]:
+    req(n, line + b"\r\nHost: x\r\n\r\n" + S)
+
+# --- header syntax ---------------------------------------------------------------
+for n, h in [
+    ("h-space-before-colon", b"X-A : b"),
+    ("h-no-colon", b"X-A b"),
+    ("h-bad-name", b"X@A: b"),
+    ("h-empty-name", b": b"),
+    ("h-nul-value", b"X-A: b\x00c"),
+    ("h-cr-value", b"X-A: b\rc"),
+    ("h-obsfold", b"X-A: b\r\n c"),
+    ("h-leading-ws-first", b" X-A: b"),
+    ("h-bare-lf", b"X-A: b\nX-B: c"),
+    ("h-del-value", b"X-A: b\x7fc"),
+    ("h-high-value", b"X-A: \xe9t\xe9"),
+    ("h-name-space", b"X A: b"),
+    ("h-name-high", b"X\xe9: b"),
+    ("host-dup", b"Host: y"),
+    ("host-bad-char", b"Host: a b"),
+    ("host-at", b"Host: a@b"),
+    ("conn-close-cl", b"Connection: close, Content-Length\r\nContent-Length: 5"),
+    ("conn-te", b"Connection: Transfer-Encoding\r\nTransfer-Encoding: chunked"),
+    ("conn-host", b"Connection: Host"),
+    ("conn-keepalive-cl", b"Connection: keep-alive, content-length\r\nContent-Length: 0"),
+    ("expect-unknown", b"Expect: foo"),
+    ("expect-100-nobody", b"Expect: 100-continue"),
+    ("te-trailers", b"TE: trailers"),
+    ("upgrade-h2c", b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__"),
+    ("max-forwards", b"Max-Forwards: 0"),
+]:
+    req(n, b"GET /c HTTP/1.1\r\nHost: x\r\n" + h + b"\r\n\r\n" + S)
+req("host-missing-11", b"GET /c HTTP/1.1\r\n\r\n" + S)
+req("host-missing-10", b"GET /c HTTP/1.0\r\n\r\n")
+req("whole-bare-lf", b"GET /c HTTP/1.1\nHost: x\n\n" + S)
+req("get-with-cl-body", b"GET /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("get-with-te-body", b"GET /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + S)
+req("head-with-cl-body", b"HEAD /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("http10-te", b"POST /c HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n" + S)
+req("http10-te-only", b"POST /c HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + S)
+req("post-no-length", b"POST /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("pipelined-two", b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("expect-100-body", [b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", b"hello" + S])
+req("ws-upgrade-no-101", [b"GET /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", S])
+req("ws-upgrade-bad-version", [b"GET /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 1337\r\n\r\n", S])
+req("huge-header", b"GET /c HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 70000 + b"\r\n\r\n")
+req("many-headers", b"GET /c HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(200)) + b"\r\n")
+req("null-first", b"\x00GET /c HTTP/1.1\r\nHost: x\r\n\r\n")
+req("tls-on-http", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\x00" * 40)
+req("h2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+# --- response side: the backend answers GET /r with these bytes ----------------------
+# An answer whose length is its connection (a last coding other than chunked) ends with
+# CLOSE, as a server's does: else its body never ends and the next request waits.
+def resp(name, raw, follow=b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n", method=b"GET"):
+    """The backend answers `method` /r with `raw`; the client then sends a second request
+    on the same connection, which must get its own answer (`seen /c2`) or none."""
+    first = method + b" /r HTTP/1.1\r\nHost: x\r\n\r\n"
+    ALL.append(Case(name, [first, follow], {"/r": raw}))
+
+
+P = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON"
+resp("r-ok", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-two-responses", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + P)
+resp("r-cl-te", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P)
+resp("r-te-cl-short", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 100\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P)
+resp("r-cl-dup-diff", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\nok" + P)
+resp("r-cl-list", b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok" + P)
+resp("r-cl-plus", b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok" + P)
+resp("r-cl-bad", b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nok" + P)
+resp("r-te-xchunked", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P + CLOSE)
+resp("r-te-space-colon", b"HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P)
+resp("r-te-gzip", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nokok" + P + CLOSE)
+resp("r-te-chunked-gzip", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P + CLOSE)
+resp("r-te-obsfold", b"HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n chunked\r\nContent-Length: 2\r\n\r\nok" + P)
+resp("r-bare-lf", b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok" + P)
+resp("r-bare-lf-te", b"HTTP/1.1 200 OK\r\nX: y\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\nok" + P)
+resp("r-obsfold", b"HTTP/1.1 200 OK\r\nX: y\r\n z\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-4digit", b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-2digit", b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-noreason", b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-nospace", b"HTTP/1.1 200OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-alpha", b"HTTP/1.1 abc OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-099", b"HTTP/1.1 099 X\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-600", b"HTTP/1.1 600 X\r\nContent-Length: 2\r\n\r\nok")
+resp("r-http2-line", b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-http10", b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-icy", b"ICY 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-100-then-200", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-103-then-200", b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-101-unasked", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + P)
+resp("r-204-body", b"HTTP/1.1 204 No Content\r\nContent-Length: 6\r\n\r\n" + b"POISON")
+resp("r-204-body-nocl", b"HTTP/1.1 204 No Content\r\n\r\n" + P)
+resp("r-304-body", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n" + P)
+resp("r-nul-value", b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 2\r\n\r\nok")
+resp("r-cr-value", b"HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 2\r\n\r\nok")
+resp("r-name-space", b"HTTP/1.1 200 OK\r\nX Y: a\r\nContent-Length: 2\r\n\r\nok")
+resp("r-space-before-colon", b"HTTP/1.1 200 OK\r\nX : a\r\nContent-Length: 2\r\n\r\nok")
+resp("r-no-colon", b"HTTP/1.1 200 OK\r\nXY\r\nContent-Length: 2\r\n\r\nok")
+resp("r-chunk-overflow", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF1\r\nok\r\n0\r\n\r\n" + P)
+resp("r-chunk-bare-lf", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\n0\n\n" + P)
+resp("r-chunk-short", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nok\r\n0\r\n\r\n" + P)
+resp("r-chunk-trailer-cl", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nContent-Length: 6\r\n\r\nPOISON")
+resp("r-no-length-close", b"HTTP/1.1 200 OK\r\n\r\nok" + CLOSE)
+resp("r-conn-close-more", b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok" + P)
+resp("r-conn-hop-cl", b"HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nok" + P)
+resp("r-conn-hop-te", b"HTTP/1.1 200 OK\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n" + P)
+resp("r-huge-header", b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\nContent-Length: 2\r\n\r\nok")
+resp("r-set-cookie-crlf", b"HTTP/1.1 200 OK\r\nSet-Cookie: a=b\r\n\rContent-Length: 2\r\n\r\nok")
+resp("r-leading-crlf", b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-garbage", b"hello world\r\n\r\n")
+resp("r-head-line-only", b"HTTP/1.1 200 OK\r\n\r\n" + CLOSE)
+resp("r-head-with-body", b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n" + P, method=b"HEAD")
+resp("r-head-chunked-body", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + P, method=b"HEAD")
+resp("r-100-with-cl", b"HTTP/1.1 100 Continue\r\nContent-Length: 6\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-many-100", b"HTTP/1.1 100 Continue\r\n\r\n" * 5 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+resp("r-cl-leading-zero", b"HTTP/1.1 200 OK\r\nContent-Length: 002\r\n\r\nok" + P)
+resp("r-chunk-ext-crlf", b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;a="\r\n"\r\nok\r\n0\r\n\r\n' + P)
+resp("r-chunk-hex-prefix", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n" + P)
+resp("r-short-cl-close", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok" + CLOSE)
+resp("r-reason-custom", b"HTTP/1.1 299 Fine\r\nContent-Length: 2\r\n\r\nok")
+resp("r-status-599", b"HTTP/1.1 599 X\r\nContent-Length: 2\r\n\r\nok")
+resp("r-upgrade-asked-101", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nFRAMES",
+     follow=b"tunnel bytes", method=b"GET")
+
+req("chunk-many-zeros", b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0" * 40 + b"5\r\nhello\r\n0\r\n\r\n" + S)
+req("chunk-long-ext", b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;" + b"a" * 70000 + b"\r\nhello\r\n0\r\n\r\n" + S)
+req("cl-short-body-then-close", b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nhello")
+req("get-cl-te", b"GET /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + S)
+req("expect-cl-te", [b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", b"0\r\n\r\n" + S])
+req("ws-upgrade-post-body", [b"POST /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\nhello", S])
+req("te-chunked-http11-space-version", b"POST /c HTTP/1.1 \r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + S)
+req("cl-cl-te-mixed-case", b"POST /c HTTP/1.1\r\nHost: x\r\ncontent-length: 5\r\nCONTENT-LENGTH: 6\r\n\r\nhello" + S)
