@@ -265,6 +265,7 @@ class Backend:
         self.lock = threading.Lock()
         self.conns = []           # [bytearray received, closed by the peer?]
         self.answers = {}
+        self.last = time.monotonic()  # when bytes last arrived
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", self.port))
@@ -291,6 +292,7 @@ class Backend:
                     return
                 with self.lock:
                     rec[0] += d
+                    self.last = time.monotonic()
                 buf += d
                 while True:
                     r = lenient_one(buf)
@@ -318,6 +320,17 @@ class Backend:
         """How much each connection has received so far (pooled connections carry on)."""
         with self.lock:
             return [len(b) for b, _ in self.conns]
+
+    def settle(self, quiet=0.25, cap=5.0):
+        """Waits until nothing has arrived for `quiet` s (a request the proxy forwards late
+        belongs to this case, not the next)."""
+        end = time.monotonic() + cap
+        while time.monotonic() < end:
+            with self.lock:
+                idle = time.monotonic() - self.last
+            if idle >= quiet:
+                return
+            time.sleep(quiet - idle)
 
     def since(self, mark):
         """What each connection received after `mark`, and whether it is closed."""
@@ -447,8 +460,15 @@ def run_case(case, ports, backends):
         b.answers = dict(case.answers)
         mark = b.mark()
         out, closed = exchange(ports[who], case.sends)
-        time.sleep(0.1)
-        res[who] = (out, closed, b.since(mark))
+        b.settle()
+        # The client has gone: a request it left unfinished must not stay open upstream.
+        end = time.monotonic() + 5
+        while True:
+            got = b.since(mark)
+            if time.monotonic() > end or all(c or unfinished(buf) is None for buf, c in got):
+                break
+            time.sleep(0.05)
+        res[who] = (out, closed, got)
 
     threads = [threading.Thread(target=one, args=(w,)) for w in ports]
     for t in threads:
@@ -456,6 +476,16 @@ def run_case(case, ports, backends):
     for t in threads:
         t.join()
     return res
+
+
+def unfinished(buf):
+    """The start of a request left incomplete at the end of buf, or None."""
+    while buf:
+        r = lenient_one(buf)
+        if r is None:
+            return buf
+        buf = buf[r[2]:]
+    return None
 
 
 def targets(conns):
