@@ -1,8 +1,9 @@
 """The cases of tests/support/differential.py: what a client sends (request side) and what
 a backend answers (response side). Collected from the request smuggling literature
-(CL.TE, TE.CL, TE.TE obfuscations; chunk-size, chunk-extension and trailer tricks;
-request-line and field-syntax oddities; upgrades and Expect) and from response
-splitting (two answers to one request, conflicting lengths, 1xx/204/304 with bodies)."""
+(CL.TE, TE.CL, TE.TE obfuscations and smuggler.py's permutations; chunk-size,
+chunk-extension and trailer tricks; request-line and field-syntax oddities; upgrades
+and Expect) and from response splitting (two answers to one request, conflicting
+lengths, 1xx/204/304 with bodies)."""
 from collections import namedtuple
 
 Case = namedtuple("Case", "name sends answers")
@@ -273,3 +274,51 @@ req("expect-cl-te", [b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nCo
 req("ws-upgrade-post-body", [b"POST /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\nhello", S])
 req("te-chunked-http11-space-version", b"POST /c HTTP/1.1 \r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + S)
 req("cl-cl-te-mixed-case", b"POST /c HTTP/1.1\r\nHost: x\r\ncontent-length: 5\r\nCONTENT-LENGTH: 6\r\n\r\nhello" + S)
+
+# --- smuggler.py-style mutations of Transfer-Encoding beside a Content-Length ------------
+# (defparam/smuggler's "permutations": a byte at each place in the field line, and the
+# named variants). Each is sent CL.TE (the length covers the last chunk only) and TE
+# alone; the hidden request must only ever reach a backend as a request of its own.
+def te_variant(name, line):
+    post("sm-" + name + "+cl", line + b"\r\nContent-Length: 5\r\n", b"0\r\n\r\n" + S)
+    post("sm-" + name, line + b"\r\n", b"0\r\n\r\n" + S)
+
+
+for byte in [0x00, 0x01, 0x09, 0x0B, 0x0C, 0x0D, 0x1F, 0x20, 0x7F, 0xA0, 0xFF]:
+    b = bytes([byte])
+    te_variant("pre-%02x" % byte, b + b"Transfer-Encoding: chunked")
+    te_variant("name-%02x" % byte, b"Transfer-Encoding" + b + b": chunked")
+    te_variant("colon-%02x" % byte, b"Transfer-Encoding:" + b + b"chunked")
+    te_variant("end-%02x" % byte, b"Transfer-Encoding: chunked" + b)
+    te_variant("mid-%02x" % byte, b"Transfer-Enc" + b + b"oding: chunked")
+for name, line in [
+    ("vertwrap", b"Transfer-Encoding:\n\x0bchunked"),
+    ("tabwrap", b"Transfer-Encoding:\n\tchunked"),
+    ("lf-before-colon", b"Transfer-Encoding\n: chunked"),
+    ("upper", b"TRANSFER-ENCODING: CHUNKED"),
+    ("aposed", b"Transfer-Encoding: 'chunked'"),
+    ("lazy", b"Transfer-Encoding: chunk"),
+    ("cow-then-chunked", b"Transfer-Encoding: cow\r\nTransfer-Encoding: chunked"),
+    ("chunked-then-cow", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: cow"),
+    ("nested", b"Transfer-Encoding: cow chunked bar"),
+    ("spjunk", b"Transfer-Encoding x: chunked"),
+    ("backslash", b"Transfer\\Encoding: chunked"),
+    ("comma-cow", b"Transfer-Encoding: chunked, cow"),
+    ("cow-comma", b"Transfer-Encoding: cow, chunked"),
+    ("double-colon", b"Transfer-Encoding:: chunked"),
+    ("no-space", b"Transfer-Encoding:chunked"),
+    ("long-ws", b"Transfer-Encoding:" + b" " * 300 + b"chunked"),
+    ("x-prefix", b"X-Transfer-Encoding: chunked"),
+    ("content-encoding", b"Content-Encoding: chunked"),
+    ("cr-in-name", b"Tra\rnsfer-Encoding: chunked"),
+]:
+    te_variant(name, line)
+for name, line in [
+    ("cl-name-vt", b"Content-Length\x0b: 5"),
+    ("cl-value-vt", b"Content-Length: \x0b5"),
+    ("cl-value-nul", b"Content-Length: 5\x00"),
+    ("cl-value-cr", b"Content-Length: 5\r"),
+    ("cl-upper", b"CONTENT-LENGTH: 5"),
+    ("cl-then-cl-obsfold", b"Content-Length: 5\r\n 0"),
+]:
+    post("sm-" + name, line + b"\r\n", b"hello" + S)
