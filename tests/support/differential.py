@@ -43,6 +43,9 @@ ACCEPTED = {
     "r-no-length-close": "a close-delimited answer is passed on chunked to an HTTP/1.1 "
     "client, so its connection stays usable and its next request is served (HAProxy closes it)",
     "r-head-line-only": "as r-no-length-close, with an empty body",
+    "r-http10-close-delimited": "as r-no-length-close, from an HTTP/1.0 backend",
+    "r-te-empty": "as r-no-length-close: an empty Transfer-Encoding names no chunked "
+    "coding, so the body runs to the close (RFC 9112 6.3); the client gets it chunked",
     "ws-upgrade-bad-version": "no tunnel is opened unless the backend answers 101; the "
     "backend answered 200, so the next bytes were parsed as a request (HAProxy 400s the "
     "version)",

@@ -322,3 +322,20 @@ for name, line in [
     ("cl-then-cl-obsfold", b"Content-Length: 5\r\n 0"),
 ]:
     post("sm-" + name, line + b"\r\n", b"hello" + S)
+
+# --- more answers ---------------------------------------------------------------------
+resp("r-many-fields", b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(150)) + b"Content-Length: 2\r\n\r\nok")
+resp("r-long-reason", b"HTTP/1.1 200 " + b"R" * 9000 + b"\r\nContent-Length: 2\r\n\r\nok")
+resp("r-cl0-with-body", b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" + P)
+resp("r-http10-keepalive", b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+resp("r-http10-close-delimited", b"HTTP/1.0 200 OK\r\n\r\nok" + CLOSE)
+resp("r-head-end-bare-lf", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok" + P)
+resp("r-te-identity", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nContent-Length: 2\r\n\r\nok" + P + CLOSE)
+resp("r-te-empty", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\nContent-Length: 2\r\n\r\nok" + P + CLOSE)
+resp("r-cl-negative", b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nok" + P)
+resp("r-304-chunked", b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n" + P)
+resp("r-1xx-with-te", b"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+ALL.append(Case("r-early-answer-to-post",
+                [b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello",
+                 b"world" + b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"],
+                {"/r": b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" + CLOSE}))
