@@ -227,12 +227,15 @@ def strict_messages(buf, request, closed, methods=()):
     out = []
     pos = 0
     methods = list(methods)
+    finals = 0  # final responses so far: the n-th answers the n-th request's method
     while pos < len(buf):
         h = strict_head(buf[pos:], request)
         if h is None:
             return out, True
         start, fields, end = h
-        method = methods[len(out)] if not request and len(out) < len(methods) else b"GET"
+        method = methods[finals] if not request and finals < len(methods) else b"GET"
+        if not request and start[0] >= 200:
+            finals += 1
         kind, n = strict_length(fields, request, method, 0 if request else start[0])
         body = pos + end
         if kind == "length":
@@ -249,10 +252,6 @@ def strict_messages(buf, request, closed, methods=()):
             stop = len(buf)
         else:
             stop = body
-        if not request and start[0] < 200:
-            out.append((start, fields, buf[pos:stop]))
-            pos = stop
-            continue
         out.append((start, fields, buf[pos:stop]))
         pos = stop
     return out, False
