@@ -133,3 +133,39 @@ async fn a_response_is_the_same_whichever_path_its_request_took() {
     assert_eq!(gear_fields(0), gear_fields(1));
     assert!(gear_fields(0).contains("x-forwarded-for: 10.1.1.1, 127.0.0.1"));
 }
+
+/// A status without a canonical reason (`419 Page Expired`, a framework's) keeps the
+/// gear's reason on both paths, and one that came without a reason gets none: never
+/// hyper's `<none>`. A status with a canonical reason gets that one, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_without_a_standard_reason_keeps_the_gears_reason_on_both_paths() {
+    let gear = Scripted::start(|req| {
+        let line = if req.head.starts_with("GET /419") {
+            "HTTP/1.1 419 Page Expired"
+        } else if req.head.starts_with("GET /599") {
+            "HTTP/1.1 599"
+        } else {
+            "HTTP/1.1 404 Nope"
+        };
+        Reply::after(format!("{line}\r\nContent-Length: 2\r\n\r\nok").into_bytes())
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    for (path, want) in [
+        ("/419", "HTTP/1.1 419 Page Expired"),
+        ("/599", "HTTP/1.1 599 "),
+        ("/404", "HTTP/1.1 404 Not Found"),
+    ] {
+        // The byte path (no body), then hyper's server (`Content-Length: 0`).
+        for extra in ["", "Content-Length: 0\r\n"] {
+            let out = raw(
+                lb.proxy,
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n")
+                    .as_bytes(),
+                Duration::from_secs(5),
+            );
+            assert_eq!(out.lines().next(), Some(want), "{path} {extra:?}: {out:?}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! `h1::parse_response` takes from a backend.
 //!
 //! Oracle: no panic; what is written is one complete HTTP/1.1 response head with the
-//! backend's status; no hop-by-hop field goes through (`connection` only as the
+//! backend's status (and its reason where the status has no canonical one); no hop-by-hop field goes through (`connection` only as the
 //! balancer's own `close`, `transfer-encoding` only as its chunked framing); the framing
 //! is one of: no body (no length but `0`; a `HEAD` answer's lengths as the `HeaderMap`
 //! path keeps them), one `content-length` equal to the body's length, or chunked with
@@ -98,6 +98,12 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(n, out.len());
     assert_eq!(p.code, Some(head.status.as_u16()));
     assert_eq!(p.version, Some(1));
+    // The reason: the canonical one, else the backend's own (never hyper's `<none>`).
+    let want_reason = match head.unknown_reason() {
+        Some(r) => std::str::from_utf8(r).unwrap_or(""),
+        None => head.status.canonical_reason().unwrap_or_default(),
+    };
+    assert_eq!(p.reason, Some(want_reason));
     let got: Vec<(String, Vec<u8>)> = p
         .headers
         .iter()

@@ -18,7 +18,7 @@ use gearlb_core::routing::sticky::Sticky;
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
 use super::response::{is_text, tokens, BodyLen, Head, Kind, LengthFix};
-use super::write::{put_field, put_line, put_status_line};
+use super::write::{put_field, put_line, put_status_line, put_status_reason};
 
 /// How the client's response is written, beyond its head.
 pub struct Reply<'a> {
@@ -87,7 +87,10 @@ pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
         BodyLen::Chunked | BodyLen::Close => Framing::Chunked,
     };
     out.reserve(head.raw_len() + 160);
-    put_status_line(out, status, "<none>");
+    match head.unknown_reason() {
+        Some(reason) => put_status_reason(out, status, reason),
+        None => put_status_line(out, status, "<none>"),
+    }
     // A bodiless answer keeps its length only for HEAD; a chunked one has none.
     let keep_length = match framing {
         Framing::Length(_) => true,

@@ -54,6 +54,41 @@ fn a_plain_response_keeps_its_fields_in_order_and_gets_a_date() {
 }
 
 #[test]
+fn a_status_without_a_canonical_reason_keeps_the_backends() {
+    let status_line = |raw: &str| {
+        let (out, _) = reply(raw, &Method::GET, &PLAIN);
+        out.lines().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        status_line("HTTP/1.1 419 Page Expired\r\nContent-Length: 0\r\n\r\n"),
+        "HTTP/1.1 419 Page Expired"
+    );
+    // None came: none goes (hyper would write `<none>`).
+    assert_eq!(
+        status_line("HTTP/1.1 599\r\nContent-Length: 0\r\n\r\n"),
+        "HTTP/1.1 599 "
+    );
+    // A reason with bytes beyond ASCII (obs-text) is not given by httparse: none goes.
+    assert_eq!(
+        status_line("HTTP/1.1 599 \u{e9}t\u{e9}\r\nContent-Length: 0\r\n\r\n"),
+        "HTTP/1.1 599 "
+    );
+    // hyper's path is told the same reason (it writes the extension as it is).
+    let h = head("HTTP/1.1 419 Page Expired\r\n\r\n", &Method::GET);
+    let parts = h.to_parts();
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>().unwrap();
+    assert_eq!(reason.as_bytes(), b"Page Expired");
+    // A canonical reason is the one written, whatever came, with no extension.
+    let h = head("HTTP/1.1 404 Nope\r\n\r\n", &Method::GET);
+    assert!(h.unknown_reason().is_none());
+    assert!(h
+        .to_parts()
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .is_none());
+}
+
+#[test]
 fn hop_by_hop_fields_and_those_connection_names_are_dropped() {
     let (out, _) = reply(
         "HTTP/1.1 200 OK\r\nConnection: close, X-Private\r\nKeep-Alive: 5\r\nX-Private: s\r\n\

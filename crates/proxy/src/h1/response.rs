@@ -48,6 +48,8 @@ pub struct Head {
     pub keep_alive: bool,
     raw: Bytes,
     fields: Vec<Span>,
+    /// Where the status line's reason phrase is in `raw` (empty: none).
+    reason: (u32, u32),
     /// What becomes of the `Content-Length` fields on the way on.
     pub(super) length: LengthFix,
     /// `Connection` names fields to drop (beyond `close` and `keep-alive`).
@@ -167,6 +169,22 @@ impl Head {
         self.of_kind(Kind::ContentLength)
     }
 
+    /// The reason phrase to pass on for a status without a canonical one (`419 Page
+    /// Expired`, `599 …`): the backend's own, possibly empty (HAProxy passes it on too).
+    /// `None` for a status with a canonical reason, which both paths write instead of
+    /// the backend's (`200 OK` whatever came).
+    pub fn unknown_reason(&self) -> Option<&[u8]> {
+        self.unknown_reason_range().map(|r| &self.raw[r])
+    }
+
+    fn unknown_reason_range(&self) -> Option<std::ops::Range<usize>> {
+        if self.status.canonical_reason().is_some() {
+            return None;
+        }
+        let start = self.reason.0 as usize;
+        Some(start..start + self.reason.1 as usize)
+    }
+
     /// The head's length in bytes.
     pub fn raw_len(&self) -> usize {
         self.raw.len()
@@ -209,6 +227,12 @@ impl Head {
         parts.status = self.status;
         parts.version = self.version;
         parts.headers = self.headers();
+        // hyper writes `<none>` for a status without a canonical reason unless told.
+        if let Some(range) = self.unknown_reason_range() {
+            if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(self.raw.slice(range)) {
+                parts.extensions.insert(reason);
+            }
+        }
         parts
     }
 }
@@ -245,6 +269,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         _ => Version::HTTP_10,
     };
     let base = buf.as_ptr() as usize;
+    // httparse gives a slice of `buf`, or an empty one for a reason with bytes beyond
+    // ASCII (obs-text): passed on as none.
+    let reason = match r.reason {
+        Some(t) if !t.is_empty() => ((t.as_ptr() as usize - base) as u32, t.len() as u32),
+        _ => (0, 0),
+    };
     let mut fields: Vec<Span> = Vec::with_capacity(r.headers.len());
     let mut keep_alive = version == Version::HTTP_11;
     let (mut te, mut te_last_chunked, mut cl) = (false, false, false);
@@ -296,6 +326,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         keep_alive,
         raw,
         fields,
+        reason,
         length: LengthFix::AsIs,
         named_hops,
     };

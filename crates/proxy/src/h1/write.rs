@@ -202,6 +202,16 @@ pub fn put_status_line(out: &mut BytesMut, status: StatusCode, unknown: &str) {
     out.put_slice(b"\r\n");
 }
 
+/// `HTTP/1.1 <code> <reason>\r\n` with the given reason (a backend's, for a status
+/// without a canonical one).
+pub fn put_status_reason(out: &mut BytesMut, status: StatusCode, reason: &[u8]) {
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(reason);
+    out.put_slice(b"\r\n");
+}
+
 /// One field, `name: value\r\n`, the name in lower case (as hyper and HAProxy write
 /// names).
 pub fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
