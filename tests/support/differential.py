@@ -480,27 +480,30 @@ def run_case(case, ports, backends):
     return res
 
 
-def unfinished(buf):
-    """The start of a request left incomplete at the end of buf, or None."""
+def split(buf):
+    """The targets of the whole requests at the start of buf (absolute-form cut to its
+    path), and the start of one left incomplete after them, or None."""
+    seen = []
     while buf:
         r = lenient_one(buf)
         if r is None:
-            return buf
+            return seen, buf
+        seen.append(re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*", "", r[1]) or "/")
         buf = buf[r[2]:]
-    return None
+    return seen, None
+
+
+def unfinished(buf):
+    """The start of a request left incomplete at the end of buf, or None."""
+    return split(buf)[1]
 
 
 def targets(conns):
-    """The targets of the requests a backend received, absolute-form cut to its path."""
+    """The targets of the requests a backend received, `(incomplete)` for one cut short."""
     seen = []
     for buf, _ in conns:
-        while buf:
-            r = lenient_one(buf)
-            if r is None:
-                seen.append("(incomplete)")
-                break
-            seen.append(re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*", "", r[1]) or "/")
-            buf = buf[r[2]:]
+        whole, rest = split(buf)
+        seen += whole + (["(incomplete)"] if rest is not None else [])
     return seen
 
 

@@ -258,12 +258,12 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         Err(_) => return Err(ParseError::Head("not an HTTP/1 response")),
     };
     let code = r.code.ok_or(ParseError::Head("no status"))?;
-    // RFC 9110 15: codes outside 100..=599 are invalid (often a library's own errors);
-    // answered as a broken response (502), not passed on.
-    if !(100..=599).contains(&code) {
-        return Err(ParseError::Head("status outside 100-599"));
-    }
-    let status = StatusCode::from_u16(code).map_err(|_| ParseError::Head("bad status"))?;
+    // RFC 9110 15: codes outside 100..=599 are invalid (600-999 are often a library's
+    // own errors, which `StatusCode` would hold): a broken response (502), not passed on.
+    let status = StatusCode::from_u16(code)
+        .ok()
+        .filter(|_| code <= 599)
+        .ok_or(ParseError::Head("status outside 100-599"))?;
     let version = match r.version {
         Some(1) => Version::HTTP_11,
         _ => Version::HTTP_10,

@@ -195,11 +195,8 @@ pub fn put_status_line(out: &mut BytesMut, status: StatusCode, unknown: &str) {
         out.put_slice(b"HTTP/1.1 200 OK\r\n");
         return;
     }
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or(unknown).as_bytes());
-    out.put_slice(b"\r\n");
+    let reason = status.canonical_reason().unwrap_or(unknown);
+    put_status_reason(out, status, reason.as_bytes());
 }
 
 /// `HTTP/1.1 <code> <reason>\r\n` with the given reason (a backend's, for a status
