@@ -262,6 +262,7 @@ resp("r-chunk-ext-crlf", b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n
 resp("r-chunk-hex-prefix", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n" + P)
 resp("r-short-cl-close", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok" + CLOSE)
 resp("r-reason-custom", b"HTTP/1.1 299 Fine\r\nContent-Length: 2\r\n\r\nok")
+resp("r-reason-obs-text", b"HTTP/1.1 299 \xe9t\xe9 \xff\r\nContent-Length: 2\r\n\r\nok")
 resp("r-status-599", b"HTTP/1.1 599 X\r\nContent-Length: 2\r\n\r\nok")
 resp("r-upgrade-asked-101", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nFRAMES",
      follow=b"tunnel bytes", method=b"GET")

@@ -6,8 +6,8 @@ use crate::h1::parse_response;
 use bytes::BytesMut;
 use http::Method;
 
-fn head(raw: &str, method: &Method) -> Head {
-    parse_response(&mut BytesMut::from(raw), method)
+fn head(raw: impl AsRef<[u8]>, method: &Method) -> Head {
+    parse_response(&mut BytesMut::from(raw.as_ref()), method)
         .unwrap()
         .unwrap()
 }
@@ -68,11 +68,21 @@ fn a_status_without_a_canonical_reason_keeps_the_backends() {
         status_line("HTTP/1.1 599\r\nContent-Length: 0\r\n\r\n"),
         "HTTP/1.1 599 "
     );
-    // A reason with bytes beyond ASCII (obs-text) is not given by httparse: none goes.
-    assert_eq!(
-        status_line("HTTP/1.1 599 \u{e9}t\u{e9}\r\nContent-Length: 0\r\n\r\n"),
-        "HTTP/1.1 599 "
-    );
+    // A reason with bytes beyond ASCII (obs-text, which httparse gives as empty) goes
+    // as it came, after empty lines before the status line too.
+    for raw in [
+        &b"HTTP/1.1 599 \xe9t\xe9 ok\r\nContent-Length: 0\r\n\r\n"[..],
+        b"\r\n\r\nHTTP/1.1 599 \xe9t\xe9 ok\nContent-Length: 0\n\n",
+    ] {
+        let h = head(raw, &Method::GET);
+        assert_eq!(h.unknown_reason(), Some(&b"\xe9t\xe9 ok"[..]));
+        let reason = h.to_parts();
+        let reason = reason.extensions.get::<hyper::ext::ReasonPhrase>().unwrap();
+        assert_eq!(reason.as_bytes(), b"\xe9t\xe9 ok");
+        let mut out = BytesMut::new();
+        write_reply(&h, &PLAIN, &mut out);
+        assert!(out.starts_with(b"HTTP/1.1 599 \xe9t\xe9 ok\r\n"), "{out:?}");
+    }
     // hyper's path is told the same reason (it writes the extension as it is).
     let h = head("HTTP/1.1 419 Page Expired\r\n\r\n", &Method::GET);
     let parts = h.to_parts();

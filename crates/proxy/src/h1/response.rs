@@ -237,6 +237,28 @@ impl Head {
     }
 }
 
+/// Where the reason phrase of the status line httparse accepted in `head` is, for a
+/// reason httparse gives as empty: (0, 0) when the line has none. The line is
+/// `HTTP/1.x NNN SP reason`, after any empty lines httparse skipped.
+fn obs_text_reason(head: &[u8]) -> (u32, u32) {
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(0);
+    let line = &head[start..];
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let end = if end > 0 && line[end - 1] == b'\r' {
+        end - 1
+    } else {
+        end
+    };
+    const REASON_AT: usize = "HTTP/1.1 200 ".len();
+    if end <= REASON_AT || line[REASON_AT - 1] != b' ' {
+        return (0, 0);
+    }
+    ((start + REASON_AT) as u32, (end - REASON_AT) as u32)
+}
+
 /// Parse a response head at the start of `buf`. `Ok(None)`: incomplete, read more.
 /// On success the head's bytes are taken out of `buf` (the head keeps them).
 pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, ParseError> {
@@ -270,10 +292,11 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     };
     let base = buf.as_ptr() as usize;
     // httparse gives a slice of `buf`, or an empty one for a reason with bytes beyond
-    // ASCII (obs-text): passed on as none.
+    // ASCII (obs-text, which RFC 9112 allows): that one is read from the line itself.
     let reason = match r.reason {
         Some(t) if !t.is_empty() => ((t.as_ptr() as usize - base) as u32, t.len() as u32),
-        _ => (0, 0),
+        Some(_) => obs_text_reason(&buf[..head_len]),
+        None => (0, 0),
     };
     let mut fields: Vec<Span> = Vec::with_capacity(r.headers.len());
     let mut keep_alive = version == Version::HTTP_11;
