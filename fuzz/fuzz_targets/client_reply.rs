@@ -2,8 +2,9 @@
 //! `h1::parse_response` takes from a backend.
 //!
 //! Oracle: no panic; what is written is one complete HTTP/1.1 response head with the
-//! backend's status (and its reason where the status has no canonical one); no hop-by-hop field goes through (`connection` only as the
-//! balancer's own `close`, `transfer-encoding` only as its chunked framing); the framing
+//! backend's status (and its reason where the status has no canonical one); no
+//! hop-by-hop field goes through (`connection` only as the balancer's own `close`,
+//! `transfer-encoding` only as its chunked framing); the framing
 //! is one of: no body (no length but `0`; a `HEAD` answer's lengths as the `HeaderMap`
 //! path keeps them), one `content-length` equal to the body's length, or chunked with
 //! no length; the backend's own `Set-Cookie` for the balancer's cookie never goes
