@@ -169,3 +169,43 @@ async fn a_status_without_a_standard_reason_keeps_the_gears_reason_on_both_paths
         }
     }
 }
+
+/// A chunked body broken before its first chunk is whole, in the bytes that came with
+/// its head, is the gear's bad answer: a 502 on either path (as HAProxy answers), and
+/// the client's connection goes on to its next request. A break further on still
+/// reaches the client as a cut body (`tests/proxy.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_broken_at_its_start_is_a_502_and_the_connection_goes_on() {
+    use std::io::Write;
+    let gear = Scripted::start(|req| {
+        let body = match req.head.split(' ').nth(1).unwrap_or("?") {
+            "/hex" => "0x2\r\nok\r\n0\r\n\r\n",
+            "/lf" => "2\nok\n0\n\n",
+            "/short" => "1\r\nok\r\n0\r\n\r\n",
+            _ => return Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]),
+        };
+        Reply::after(
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{body}").into_bytes(),
+        )
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    for path in ["/hex", "/lf", "/short"] {
+        // The byte path (no body), then hyper's server (`Content-Length: 0`).
+        for extra in ["", "Content-Length: 0\r\n"] {
+            let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let ask = format!(
+                "GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\nGET /fine HTTP/1.1\r\nHost: x\r\n\r\n"
+            );
+            s.write_all(ask.as_bytes()).unwrap();
+            let mut rest = Vec::new();
+            let (head, _) = read_head_and_body(&mut s, &mut rest);
+            assert!(head.starts_with("HTTP/1.1 502"), "{path} {extra:?}: {head}");
+            let (head, body) = read_head_and_body(&mut s, &mut rest);
+            assert!(head.starts_with("HTTP/1.1 200"), "{path} {extra:?}: {head}");
+            assert_eq!(body, "ok", "{path} {extra:?}");
+        }
+    }
+}

@@ -7,7 +7,8 @@
 //! it; the chunked decoder gives the same data and the same end whatever the read sizes,
 //! never more data bytes than it was given, and leaves the bytes after the body alone;
 //! its trailer fields are the same whatever the read sizes, and never a field that may
-//! not be a trailer (`h1::trailer_allowed`).
+//! not be a trailer (`h1::trailer_allowed`); the check of a body's start refuses only
+//! bodies the decoder refuses, and keeps refusing as more of one comes.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -173,6 +174,23 @@ fuzz_target!(|input: Input| {
             }
             (Err(_), Err(_)) => {}
             (a, b) => panic!("whole: {a:?}, in pieces: {b:?}"),
+        }
+        // The check of a body's start (`h1::check_start`, on what came with the head):
+        // whatever part of the body came, it refuses only a body the decoder refuses
+        // (no 502 for a good answer), and more bytes never mend what it refused.
+        let mut refused = false;
+        let mut end = 0;
+        for step in steps.iter().cycle() {
+            end = end.saturating_add(*step).min(input.bytes.len());
+            let now = h1::check_start(&input.bytes[..end]).is_err();
+            assert!(!refused || now, "refused at a shorter read only");
+            if now {
+                assert!(whole.is_err(), "refused a body the decoder takes");
+            }
+            refused = now;
+            if end == input.bytes.len() {
+                break;
+            }
         }
     }
 });

@@ -137,6 +137,37 @@ impl Chunked {
     }
 }
 
+/// Whether a chunked body's first bytes, read with its head (`buf`, not consumed),
+/// start as a chunked body may: its first chunk-size line, and the CRLF after the first
+/// chunk's data, as far as `buf` holds them. A body broken before its first chunk is
+/// whole is the response's error (a 502, as HAProxy answers), as a malformed head is,
+/// rather than a `200` cut short after its head; a break further on is the body's (the
+/// client gets what came before it).
+pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
+    let Some(i) = buf
+        .iter()
+        .take(MAX_CHUNK_LINE + 2)
+        .position(|&b| b == b'\n')
+    else {
+        if buf.len() > MAX_CHUNK_LINE {
+            return Err(ParseError::Chunked("line too long"));
+        }
+        return Ok(());
+    };
+    if i == 0 || buf[i - 1] != b'\r' {
+        return Err(ParseError::Chunked("line not ended by CRLF"));
+    }
+    let size = chunk_size(&buf[..i - 1])?;
+    let end = usize::try_from(size)
+        .ok()
+        .filter(|&n| n > 0)
+        .and_then(|n| (i + 1).checked_add(n));
+    match end.and_then(|e| buf.get(e..e + 2)) {
+        Some(crlf) if crlf != b"\r\n" => Err(ParseError::Chunked("chunk not followed by CRLF")),
+        _ => Ok(()),
+    }
+}
+
 /// A CRLF-terminated line out of `buf` (without the CRLF), if complete.
 fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseError> {
     match buf.iter().take(max + 2).position(|&b| b == b'\n') {

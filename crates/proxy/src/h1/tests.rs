@@ -348,3 +348,39 @@ fn malformed_chunked_bodies_are_errors() {
     let long = vec![b'1'; MAX_CHUNK_LINE + 10];
     assert!(decode_in_steps(&long, 64).is_err());
 }
+
+#[test]
+fn a_chunked_body_is_checked_as_far_as_its_first_chunk() {
+    // Whole or cut short anywhere, a good start passes: the rest is the decoder's.
+    let good = b"5;x=\"y\"\r\nhello\r\nzz\r\n";
+    for end in 0..=good.len() {
+        assert!(check_start(&good[..end]).is_ok(), "{:?}", &good[..end]);
+    }
+    assert!(check_start(b"0\r\n\r\n").is_ok());
+    assert!(check_start(b"0\r\nx-t: 1\r\n\r\n").is_ok());
+    for bad in [
+        &b"x\r\n"[..],
+        b"\r\n",
+        b"\n",
+        b"2\nok\n0\n\n",
+        b"0x2\r\nok\r\n",
+        b"FFFFFFFFFFFFFFFF1\r\nok\r\n",
+        b"-1\r\n",
+        b"3 junk\r\nabc\r\n",
+        b"1\r\nok\r\n0\r\n\r\n",
+        b"2;a=\"\r\n\"\r\nok\r\n",
+        b"3\r\nabcX\r\n",
+    ] {
+        assert!(check_start(bad).is_err(), "{bad:?} passed");
+        assert!(
+            decode_in_steps(bad, 64).is_err(),
+            "the decoder takes {bad:?}"
+        );
+    }
+    let long = vec![b'1'; MAX_CHUNK_LINE + 10];
+    assert!(check_start(&long).is_err());
+    assert!(
+        check_start(&long[..MAX_CHUNK_LINE]).is_ok(),
+        "not yet too long"
+    );
+}

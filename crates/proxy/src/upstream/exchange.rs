@@ -107,6 +107,11 @@ pub async fn send(
                     continue;
                 }
                 Ok(Some(mut head)) => {
+                    // A chunked body broken in the bytes that came with its head: the
+                    // client gets a 502 (as HAProxy answers), not a `200` cut short.
+                    if head.body == h1::BodyLen::Chunked {
+                        h1::check_start(&conn.buf).map_err(|e| SendFailure::Sent(e.into()))?;
+                    }
                     head.keep_alive &= keep;
                     return Ok(Answer { head, upload });
                 }

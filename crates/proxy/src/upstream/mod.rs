@@ -50,7 +50,8 @@
 //! | neither | read to the close (§6.3 ¶8), never reused | `u::chunked_close_delimited_and_closing_responses` |
 //! | HTTP/1.0 with `Transfer-Encoding` | framing faulty: closed after it, whatever `Connection` says (§6.1) | `an_http_1_0_response_with_transfer_encoding_closes_its_connection` |
 //! | a head larger than 256 KiB, 100 fields, or not HTTP | `502`, connection closed | `h1::partial_heads_wait_and_bad_ones_are_errors` |
-//! | a body cut short, or chunks malformed | the client gets the body as far as it went, then a cut (no last chunk, a short length; §8: incomplete); connection closed | `a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went`, `h1::malformed_chunked_bodies_are_errors` |
+//! | chunks malformed before the first one is whole, in the bytes that came with the head | `502` (as HAProxy answers), connection closed; the client's connection goes on | `h1::a_chunked_body_is_checked_as_far_as_its_first_chunk`, `byte_path::a_chunked_body_broken_at_its_start_is_a_502_and_the_connection_goes_on` |
+//! | a body cut short, or chunks malformed further on | the client gets the body as far as it went, then a cut (no last chunk, a short length; §8: incomplete); connection closed | `a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went`, `h1::malformed_chunked_bodies_are_errors` |
 //!
 //! **Reuse** (RFC 9112 §9.3, §9.6)
 //!
