@@ -179,7 +179,7 @@ fuzz_target!(|input: Input| {
         // whatever part of the body came, it refuses only a body the decoder refuses
         // (no 502 for a good answer), and more bytes never mend what it refused.
         let mut refused = false;
-        let mut end = 0;
+        let mut end: usize = 0;
         for step in steps.iter().cycle() {
             end = end.saturating_add(*step).min(input.bytes.len());
             let now = h1::check_start(&input.bytes[..end]).is_err();
