@@ -511,6 +511,112 @@ async fn smuggling_attempts_are_refused_and_never_forwarded_ambiguously() {
     assert_eq!((got.status, got.text().as_str()), (200, "ok"));
 }
 
+/// hyper's decoder reads a chunked body's trailer section up to the first empty CRLF
+/// line, bare LFs included. A front end that ends lines at LF sees the trailer section
+/// end at `\n\r\n` and sends the next request; the balancer would take that request's
+/// head in as trailer lines and read its body as a request nobody sent ("TERM.TRAIL").
+/// A request whose body had a trailer section is answered with `Connection: close`, and
+/// nothing after it on the connection reaches a gear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_hidden_behind_a_trailer_section_never_reaches_a_gear() {
+    let gear = Recorder::start().await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("rec", gear.addr)],
+            "[health]\nenabled = false",
+        ),
+    );
+    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let front = format!(
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    );
+    for trailer in [&b"X-T: y\n\r\n"[..], b"\n", b"X-T: y\r\n\r\n"] {
+        let request = [
+            &b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"[..],
+            trailer,
+            front.as_bytes(),
+            hidden,
+        ]
+        .concat();
+        let _ = gear.take();
+        let (out, took) = raw_async(lb.proxy, request, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (bytes, seen) = gear.take();
+        let name = String::from_utf8_lossy(trailer);
+        assert!(
+            !contains(&bytes, b"/smuggled"),
+            "{name:?}: the hidden request reached the gear: {:?}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert_eq!(status_of(&out), 200, "{name:?}: {out:?}");
+        assert!(
+            out.to_ascii_lowercase().contains("connection: close"),
+            "{name:?}: {out:?}"
+        );
+        assert!(took < Duration::from_secs(4), "{name:?}: left open");
+        let targets: Vec<&str> = seen.iter().map(|s| s.target.as_str()).collect();
+        // A trailer section that ended where it should leaves `/front` a request of its
+        // own: it is not served on this connection either (the client sends it again).
+        assert_eq!(targets, ["/first"], "{name:?}");
+    }
+}
+
+/// As above, where the gear answered before the body (full duplex): the answer went
+/// out on a connection kept alive, and the trailer section comes after it. The request
+/// hyper then reads behind it is refused, and reaches no gear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_behind_a_trailer_section_after_an_early_answer_is_refused() {
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]).before_body()
+    })
+    .await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", gear.addr)],
+            "[health]\nenabled = false",
+        ),
+    );
+    let mut s = TcpStream::connect(lb.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    let (head, body) = read_head_and_body(&mut s, &mut rest);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "ok");
+    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let front = format!(
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    );
+    s.write_all(&[&b"0\r\nX-T: y\n\r\n"[..], front.as_bytes(), hidden].concat())
+        .unwrap();
+    let mut out = rest;
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 400"), "{out:?}");
+    assert!(
+        out.to_ascii_lowercase().contains("connection: close"),
+        "{out:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = gear.seen();
+    assert!(
+        seen.iter().all(|r| !r.head.contains("/smuggled")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 1, "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_methods_targets_and_heads_get_4xx_and_reach_no_gear() {
     let gear = Recorder::start().await;

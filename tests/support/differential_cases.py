@@ -12,6 +12,8 @@ CLOSE = b"#CLOSE"
 # A request the client hides behind the first one; it must only ever reach a backend as
 # a request of its own, framed the way the client framed it.
 S = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+# A request whose body is S.
+FRONT = b"POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(S)
 ALL = []
 
 
@@ -102,6 +104,11 @@ for n, body in [
     ("chunk-trailer-cl", b"0\r\nContent-Length: 5\r\n\r\nhello"),
     ("chunk-trailer-obsfold", b"0\r\nX: y\r\n z\r\n\r\n"),
     ("chunk-trailer-bare-lf", b"0\r\nX: y\n\r\n"),
+    # TERM.TRAIL: a front end that ends lines at LF sees the trailer section end and a
+    # request /front carrying S as its body; a decoder that reads on to CRLF CRLF takes
+    # /front's head in as trailer lines and S as a request.
+    ("chunk-trailer-bare-lf-hides", b"0\r\nX: y\n\r\n" + FRONT),
+    ("chunk-trailer-lf-end-hides", b"0\r\n\n" + FRONT),
     ("chunk-zero-leading", b"005\r\nhello\r\n0000\r\n\r\n"),
     ("chunk-bare-cr-ext", b"5;a\rb\r\nhello\r\n0\r\n\r\n"),
     ("chunk-ext-space", b"5 ;a=b\r\nhello\r\n0\r\n\r\n"),

@@ -122,6 +122,16 @@ async fn forward(
     wait: &Arc<Wait>,
 ) -> ForwardResult {
     let ctx = &conn.ctx;
+    let http1 = req.version() != http::Version::HTTP_2;
+    if http1 && conn.after_trailers().await {
+        return Err((
+            ForwardError::Refused(
+                StatusCode::BAD_REQUEST,
+                "a request after a chunked body with trailer fields on the same connection",
+            ),
+            None,
+        ));
+    }
     let has_upgrade = req.headers().contains_key(header::UPGRADE);
     if has_upgrade {
         if let Some(why) = forward::upgrade_problem(req.headers()) {
@@ -225,7 +235,10 @@ async fn forward(
         head,
         method: parts.method,
         framing,
-        body: ReqBody::Incoming(body),
+        body: ReqBody::Incoming(
+            body,
+            http1.then(|| conn.clone() as Arc<dyn upstream::BodyNotes>),
+        ),
     };
     // Interim responses (103 Early Hints, …) go on to HTTP/1.1 clients (RFC 9110
     // §15.2). Not to HTTP/1.0 ones, which must not get them, nor HTTP/2 ones: hyper's
@@ -267,6 +280,13 @@ async fn forward(
         upgrade: client_upgrade,
         codings,
     };
-    let resp = respond(conn, settings, head, exchanged, client);
+    let mut resp = respond(conn, settings, head, exchanged, client);
+    if http1 && conn.trailers_seen.load(Ordering::Relaxed) {
+        // Its body had a trailer section: nothing after it on this connection is trusted.
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     Ok((resp, last))
 }

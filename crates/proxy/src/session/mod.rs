@@ -6,9 +6,10 @@
 //! and on its connection ([`FrontendRequest`]). A leaf below the connection
 //! (`downstream`) and the requests.
 
+use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Context;
+use std::task::{Context, Poll};
 
 use gearlb_core::config::Timeouts;
 use gearlb_core::routing::Affinity;
@@ -20,6 +21,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use crate::forward::ClientInfo;
 use crate::shared::ProxyCtx;
 use crate::stats::FrontendStats;
+use crate::upstream::BodyNotes;
 use crate::wait::Wait;
 
 /// One client connection as HAProxy counts a session: from accept to close, the tunnel
@@ -104,6 +106,12 @@ pub(crate) struct ConnState {
     pub(crate) park: AtomicBool,
     /// HTTP/2 requests arrived on this connection.
     pub(crate) h2: AtomicBool,
+    /// An HTTP/1 request body on this connection ended with a trailer section (see
+    /// [`BodyNotes`]): its response closes the connection, and a request hyper read
+    /// after it is refused.
+    pub(crate) trailers_seen: AtomicBool,
+    /// A request waiting in [`ConnState::after_trailers`] for the one before it.
+    earlier_done: atomic_waker::AtomicWaker,
     /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
     /// encoded, until the socket wrapper writes them (see `ClientIo::poll_interim` in
     /// [`super::socket`]); `has_interim` is what the write path looks at.
@@ -163,6 +171,8 @@ impl ConnState {
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
             h2: AtomicBool::new(false),
+            trailers_seen: AtomicBool::new(false),
+            earlier_done: atomic_waker::AtomicWaker::new(),
             interim: arc_swap::ArcSwapOption::empty(),
             has_interim: AtomicBool::new(false),
             unflushed: AtomicBool::new(false),
@@ -237,12 +247,52 @@ impl ConnState {
 
     /// A request was answered in full (or abandoned).
     pub fn request_finished(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+        let before = self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if before == 2 {
+            // Only an early-answered upload overlaps the next HTTP/1 request.
+            self.earlier_done.wake();
+        }
+        if before == 1 {
             // The last byte moved is when the response ended, to a few microseconds:
             // no clock read needed.
             self.idle_since
                 .store(self.last_io.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+    }
+}
+
+impl BodyNotes for ConnState {
+    fn trailer_section(&self) {
+        self.trailers_seen.store(true, Ordering::Release);
+        self.earlier_done.wake();
+    }
+}
+
+impl ConnState {
+    /// Whether an HTTP/1 request now handed over comes after one whose body had a
+    /// trailer section. The one before may still be in flight: its body's rest going to
+    /// a backend that answered early (full duplex), the end of it (the trailer
+    /// section's frame, if any) not yet taken. Its end is waited for (the upload keeps
+    /// its own timeouts), so that this is known for sure; HTTP/1 is one request at a
+    /// time, and only such a request overlaps the next.
+    pub(crate) async fn after_trailers(&self) -> bool {
+        let settled = || {
+            self.trailers_seen.load(Ordering::Acquire)
+                || self.in_flight.load(Ordering::Acquire) <= 1
+        };
+        poll_fn(|cx| {
+            if settled() {
+                return Poll::Ready(());
+            }
+            self.earlier_done.register(cx.waker());
+            if settled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        self.trailers_seen.load(Ordering::Acquire)
     }
 }
 

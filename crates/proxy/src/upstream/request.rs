@@ -4,6 +4,7 @@
 //! request); the body is the client's, streamed as it arrives (see [`super::upload`]).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -13,16 +14,41 @@ use hyper::body::Incoming;
 
 use crate::h1::{self, ReqFraming};
 
+/// Told what a client's HTTP/1 request body had that its connection must know.
+pub trait BodyNotes: Send + Sync {
+    /// The body ended with a trailer section. hyper's decoder reads trailer lines up to
+    /// the first empty CRLF line, a bare LF inside them included: the head of a request
+    /// pipelined behind may have been taken in as trailers, where a front end that ends
+    /// lines at LF saw a request of its own. Nothing more on that connection can be
+    /// trusted to be framed as the client meant.
+    fn trailer_section(&self);
+}
+
 /// Body of a request sent to a backend.
-#[derive(Debug)]
 pub enum ReqBody {
-    /// The client's body, streamed as it arrives.
-    Incoming(Incoming),
+    /// The client's body, streamed as it arrives; from an HTTP/1 client, with whom to
+    /// tell of a trailer section ([`BodyNotes`]).
+    Incoming(Incoming, Option<Arc<dyn BodyNotes>>),
     /// No body (requests rebuilt for a retry, health checks).
     Empty,
     /// A body fed by a unit test.
     #[cfg(test)]
     Test(http_body_util::channel::Channel<Bytes, hyper::Error>),
+}
+
+impl std::fmt::Debug for ReqBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReqBody::Incoming(b, notes) => f
+                .debug_tuple("Incoming")
+                .field(b)
+                .field(&notes.is_some())
+                .finish(),
+            ReqBody::Empty => f.write_str("Empty"),
+            #[cfg(test)]
+            ReqBody::Test(b) => f.debug_tuple("Test").field(b).finish(),
+        }
+    }
 }
 
 impl Body for ReqBody {
@@ -34,7 +60,15 @@ impl Body for ReqBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ReqBody::Incoming(b) => Pin::new(b).poll_frame(cx),
+            ReqBody::Incoming(b, notes) => {
+                let frame = Pin::new(b).poll_frame(cx);
+                if let (Poll::Ready(Some(Ok(f))), Some(n)) = (&frame, notes) {
+                    if f.is_trailers() {
+                        n.trailer_section();
+                    }
+                }
+                frame
+            }
             ReqBody::Empty => Poll::Ready(None),
             #[cfg(test)]
             ReqBody::Test(b) => Pin::new(b).poll_frame(cx),
@@ -43,7 +77,7 @@ impl Body for ReqBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReqBody::Incoming(b) => b.is_end_stream(),
+            ReqBody::Incoming(b, _) => b.is_end_stream(),
             ReqBody::Empty => true,
             #[cfg(test)]
             ReqBody::Test(_) => false,
@@ -52,7 +86,7 @@ impl Body for ReqBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReqBody::Incoming(b) => b.size_hint(),
+            ReqBody::Incoming(b, _) => b.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
             #[cfg(test)]
             ReqBody::Test(_) => SizeHint::default(),
