@@ -107,6 +107,10 @@ for n, body in [
     # TERM.TRAIL: a front end that ends lines at LF sees the trailer section end and a
     # request /front carrying S as its body; a decoder that reads on to CRLF CRLF takes
     # /front's head in as trailer lines and S as a request.
+    # TERM.EXT / EXT.TERM: a bare LF or CR ending a chunk extension for one parser only.
+    ("chunk-ext-bare-lf", b"2;\nxx\r\n0\r\n\r\n"),
+    ("chunk-ext-bare-lf-data", b"2;a\nxx\r\n45\r\n0\r\n\r\n"),
+    ("chunk-ext-value-lf", b"2;a=b\nc\r\nxx\r\n0\r\n\r\n"),
     ("chunk-trailer-bare-lf-hides", b"0\r\nX: y\n\r\n" + FRONT),
     ("chunk-trailer-lf-end-hides", b"0\r\n\n" + FRONT),
     ("chunk-zero-leading", b"005\r\nhello\r\n0000\r\n\r\n"),
