@@ -617,6 +617,61 @@ async fn a_request_behind_a_trailer_section_after_an_early_answer_is_refused() {
     assert_eq!(seen.len(), 1, "{seen:?}");
 }
 
+/// As above, where the balancer answers without reading the body to its end (no gear
+/// to take it, or a gear that refused it before reading it): hyper then reads the rest
+/// itself, trailer section included. The answer closes the connection, and the request
+/// hidden behind reaches no gear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear() {
+    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    let front = format!(
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        hidden.len()
+    );
+    let request = [
+        &b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: y\n\r\n"[..],
+        front.as_bytes(),
+        hidden,
+    ]
+    .concat();
+    // A gear that refuses before reading the body, then reads on.
+    let gear = Scripted::start(|_| {
+        Reply::after(&b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\nno"[..]).before_body()
+    })
+    .await;
+    // No gear at all: a port nothing listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    for (name, addr, status) in [("refused early", gear.addr, 401), ("no gear", dead, 503)] {
+        let dir = workdir();
+        let lb = Gearlb::start(
+            dir.path(),
+            &config_text(dir.path(), &[("web1", addr)], "[health]\nenabled = false"),
+        );
+        let (out, took) = raw_async(lb.proxy, request.clone(), Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let got = status_of(&out);
+        assert!(
+            got == status || (status == 503 && got == 502),
+            "{name}: {out:?}"
+        );
+        assert!(
+            out.to_ascii_lowercase().contains("connection: close"),
+            "{name}: {out:?}"
+        );
+        assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{name}: {out:?}");
+        assert!(took < Duration::from_secs(4), "{name}: left open");
+    }
+    let seen = gear.seen();
+    assert!(
+        seen.iter().all(|r| !r.head.contains("/smuggled")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 1, "{seen:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_methods_targets_and_heads_get_4xx_and_reach_no_gear() {
     let gear = Recorder::start().await;

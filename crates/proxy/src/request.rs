@@ -51,10 +51,22 @@ pub(super) async fn handle(
     let conn = &frontend.0;
     let settings = conn.ctx.settings.load_full();
     let log = LogLine::wanted(&settings, req.method(), req.uri().path());
-    let (resp, backend) = match forward(conn, &settings, req, &wait).await {
+    let http1 = req.version() != http::Version::HTTP_2;
+    let (mut resp, backend) = match forward(conn, &settings, req, &wait).await {
         Ok((resp, backend)) => (resp, backend),
         Err((e, backend)) => (failed(conn, &e, &backend), backend),
     };
+    if http1
+        && resp.status() != StatusCode::SWITCHING_PROTOCOLS
+        && conn.unsure_end.load(Ordering::Acquire)
+    {
+        // A chunked body whose end is unsure: nothing after it on this connection is
+        // trusted to be framed as the client meant (see `upstream::BodyNotes`).
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     // The response body says what it waits on once it is polled.
     wait.idle();
     answered(conn, &settings, resp.status().as_u16(), &backend, log);
@@ -123,11 +135,11 @@ async fn forward(
 ) -> ForwardResult {
     let ctx = &conn.ctx;
     let http1 = req.version() != http::Version::HTTP_2;
-    if http1 && conn.after_trailers().await {
+    if http1 && conn.after_unsure_end().await {
         return Err((
             ForwardError::Refused(
                 StatusCode::BAD_REQUEST,
-                "a request after a chunked body with trailer fields on the same connection",
+                "a request behind a chunked body whose end was unsure, on the same connection",
             ),
             None,
         ));
@@ -176,6 +188,12 @@ async fn forward(
     let upgrade = has_upgrade && forward::upgrade_offer(req.headers()).is_some();
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+    // From here on, a chunked body left before its end tells the connection (an error
+    // answered without reading it, a gear that refused it early).
+    let body = ReqBody::client(
+        body,
+        http1.then(|| conn.clone() as Arc<dyn upstream::BodyNotes>),
+    );
     if let Some((status, why)) = forward::request_problem(&parts) {
         return Err((ForwardError::Refused(status, why), None));
     }
@@ -235,10 +253,7 @@ async fn forward(
         head,
         method: parts.method,
         framing,
-        body: ReqBody::Incoming(
-            body,
-            http1.then(|| conn.clone() as Arc<dyn upstream::BodyNotes>),
-        ),
+        body,
     };
     // Interim responses (103 Early Hints, …) go on to HTTP/1.1 clients (RFC 9110
     // §15.2). Not to HTTP/1.0 ones, which must not get them, nor HTTP/2 ones: hyper's
@@ -280,13 +295,6 @@ async fn forward(
         upgrade: client_upgrade,
         codings,
     };
-    let mut resp = respond(conn, settings, head, exchanged, client);
-    if http1 && conn.trailers_seen.load(Ordering::Relaxed) {
-        // Its body had a trailer section: nothing after it on this connection is trusted.
-        resp.headers_mut().insert(
-            header::CONNECTION,
-            header::HeaderValue::from_static("close"),
-        );
-    }
+    let resp = respond(conn, settings, head, exchanged, client);
     Ok((resp, last))
 }

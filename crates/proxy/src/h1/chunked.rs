@@ -162,7 +162,7 @@ pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
         .ok()
         .filter(|&n| n > 0)
         .and_then(|n| (i + 1).checked_add(n));
-    match end.and_then(|e| buf.get(e..e + 2)) {
+    match end.and_then(|e| buf.get(e..e.checked_add(2)?)) {
         Some(crlf) if crlf != b"\r\n" => Err(ParseError::Chunked("chunk not followed by CRLF")),
         _ => Ok(()),
     }

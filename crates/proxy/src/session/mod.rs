@@ -106,11 +106,11 @@ pub(crate) struct ConnState {
     pub(crate) park: AtomicBool,
     /// HTTP/2 requests arrived on this connection.
     pub(crate) h2: AtomicBool,
-    /// An HTTP/1 request body on this connection ended with a trailer section (see
+    /// The end of a chunked HTTP/1 request body on this connection is unsure (see
     /// [`BodyNotes`]): its response closes the connection, and a request hyper read
     /// after it is refused.
-    pub(crate) trailers_seen: AtomicBool,
-    /// A request waiting in [`ConnState::after_trailers`] for the one before it.
+    pub(crate) unsure_end: AtomicBool,
+    /// A request waiting in [`ConnState::after_unsure_end`] for the one before it.
     earlier_done: atomic_waker::AtomicWaker,
     /// Interim responses (`103 Early Hints`, …) to the current HTTP/1.1 request,
     /// encoded, until the socket wrapper writes them (see `ClientIo::poll_interim` in
@@ -171,7 +171,7 @@ impl ConnState {
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
             h2: AtomicBool::new(false),
-            trailers_seen: AtomicBool::new(false),
+            unsure_end: AtomicBool::new(false),
             earlier_done: atomic_waker::AtomicWaker::new(),
             interim: arc_swap::ArcSwapOption::empty(),
             has_interim: AtomicBool::new(false),
@@ -262,23 +262,22 @@ impl ConnState {
 }
 
 impl BodyNotes for ConnState {
-    fn trailer_section(&self) {
-        self.trailers_seen.store(true, Ordering::Release);
+    fn unsure_end(&self) {
+        self.unsure_end.store(true, Ordering::Release);
         self.earlier_done.wake();
     }
 }
 
 impl ConnState {
-    /// Whether an HTTP/1 request now handed over comes after one whose body had a
-    /// trailer section. The one before may still be in flight: its body's rest going to
-    /// a backend that answered early (full duplex), the end of it (the trailer
-    /// section's frame, if any) not yet taken. Its end is waited for (the upload keeps
+    /// Whether an HTTP/1 request now handed over comes after a chunked body whose end
+    /// is unsure ([`BodyNotes`]). The one before may still be in flight: its body's
+    /// rest going to a backend that answered early (full duplex), the end of it (the
+    /// trailer section's frame, if any) not yet taken. Its end is waited for (the upload keeps
     /// its own timeouts), so that this is known for sure; HTTP/1 is one request at a
     /// time, and only such a request overlaps the next.
-    pub(crate) async fn after_trailers(&self) -> bool {
+    pub(crate) async fn after_unsure_end(&self) -> bool {
         let settled = || {
-            self.trailers_seen.load(Ordering::Acquire)
-                || self.in_flight.load(Ordering::Acquire) <= 1
+            self.unsure_end.load(Ordering::Acquire) || self.in_flight.load(Ordering::Acquire) <= 1
         };
         poll_fn(|cx| {
             if settled() {
@@ -292,7 +291,7 @@ impl ConnState {
             }
         })
         .await;
-        self.trailers_seen.load(Ordering::Acquire)
+        self.unsure_end.load(Ordering::Acquire)
     }
 }
 

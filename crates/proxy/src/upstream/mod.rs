@@ -92,7 +92,7 @@
 //! | the message | the balancer | test |
 //! |---|---|---|
 //! | a request's trailer fields (chunked HTTP/1.1, HTTP/2) | in the last chunk to the gear (none with a `Content-Length` body: nowhere to put them); `TE: trailers` passed on | `trailer_fields_are_forwarded_both_ways` |
-//! | an HTTP/1 request body with a trailer section (hyper's decoder reads it to the first CRLF CRLF, bare LFs included: it may hold the head of a request a front end saw behind it) | the response closes the connection; a request read after it (the gear answered early, full duplex) gets a `400` and reaches no gear | `a_request_hidden_behind_a_trailer_section_never_reaches_a_gear`, `a_request_behind_a_trailer_section_after_an_early_answer_is_refused` (`tests/abuse.rs`) |
+//! | a chunked HTTP/1 request body with a trailer section, or answered before the balancer read it to its end (an error, a gear's early refusal; hyper then reads the rest itself): hyper's decoder reads a trailer section to the first CRLF CRLF, bare LFs included, so it may hold the head of a request a front end saw behind it | the response closes the connection; a request read after it (the gear answered early, full duplex) gets a `400` and reaches no gear | `a_request_hidden_behind_a_trailer_section_never_reaches_a_gear`, `a_request_behind_a_trailer_section_after_an_early_answer_is_refused`, `a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear` (`tests/abuse.rs`) |
 //! | a response's trailer fields | to HTTP/2 clients; to HTTP/1.1 clients that sent `TE: trailers`, for the fields its `Trailer` names (hyper's rule); framing, routing, cookie and similar fields dropped (§6.5.1) | `trailer_fields_are_forwarded_both_ways` |
 //!
 //! **Timeouts** (HAProxy's `timeout client` / `timeout server`: inactivity; see
@@ -125,7 +125,7 @@ pub use connection::Conn;
 pub use error::{ConnectError, SendError};
 pub use exchange::{send, Answer, Interim};
 pub use pool::{Check, Pool};
-pub use request::{outgoing, BodyNotes, Outgoing, ReqBody};
+pub use request::{outgoing, BodyNotes, ClientBody, Outgoing, ReqBody};
 pub use resolve::Resolver;
 pub use retry::{blames, decide, Attempt, FailedAt, RetryType, SendFailure};
 pub use upload::{finish_upload, Upload};

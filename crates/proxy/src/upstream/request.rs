@@ -14,21 +14,52 @@ use hyper::body::Incoming;
 
 use crate::h1::{self, ReqFraming};
 
-/// Told what a client's HTTP/1 request body had that its connection must know.
+/// Told what a client's HTTP/1 request body did that its connection must know.
 pub trait BodyNotes: Send + Sync {
-    /// The body ended with a trailer section. hyper's decoder reads trailer lines up to
+    /// The end of a chunked body is not known to be where the client meant it: the body
+    /// ended with a trailer section, or was left before its end (hyper then reads the
+    /// rest itself, trailer section included). hyper's decoder reads trailer lines up to
     /// the first empty CRLF line, a bare LF inside them included: the head of a request
     /// pipelined behind may have been taken in as trailers, where a front end that ends
     /// lines at LF saw a request of its own. Nothing more on that connection can be
     /// trusted to be framed as the client meant.
-    fn trailer_section(&self);
+    fn unsure_end(&self);
+}
+
+/// A client's request body as hyper's server reads it. A chunked one from an HTTP/1
+/// client tells its connection ([`BodyNotes`]) when its end is unsure: a trailer
+/// section came, or it is dropped before its end.
+pub struct ClientBody {
+    body: Incoming,
+    notes: Option<Arc<dyn BodyNotes>>,
+    ended: bool,
+}
+
+impl ClientBody {
+    /// `notes`: the connection, for an HTTP/1 client (taken for a chunked body only: a
+    /// body with a length has no trailer section, and HTTP/2 frames its own end).
+    pub fn new(body: Incoming, notes: Option<Arc<dyn BodyNotes>>) -> Self {
+        let chunked = !body.is_end_stream() && body.size_hint().exact().is_none();
+        ClientBody {
+            notes: notes.filter(|_| chunked),
+            body,
+            ended: false,
+        }
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if let (false, Some(n)) = (self.ended, &self.notes) {
+            n.unsure_end();
+        }
+    }
 }
 
 /// Body of a request sent to a backend.
 pub enum ReqBody {
-    /// The client's body, streamed as it arrives; from an HTTP/1 client, with whom to
-    /// tell of a trailer section ([`BodyNotes`]).
-    Incoming(Incoming, Option<Arc<dyn BodyNotes>>),
+    /// The client's body, streamed as it arrives.
+    Incoming(ClientBody),
     /// No body (requests rebuilt for a retry, health checks).
     Empty,
     /// A body fed by a unit test.
@@ -36,13 +67,21 @@ pub enum ReqBody {
     Test(http_body_util::channel::Channel<Bytes, hyper::Error>),
 }
 
+impl ReqBody {
+    /// The client's `body`; see [`ClientBody::new`] for `notes`.
+    pub fn client(body: Incoming, notes: Option<Arc<dyn BodyNotes>>) -> Self {
+        ReqBody::Incoming(ClientBody::new(body, notes))
+    }
+}
+
 impl std::fmt::Debug for ReqBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ReqBody::Incoming(b, notes) => f
-                .debug_tuple("Incoming")
-                .field(b)
-                .field(&notes.is_some())
+            ReqBody::Incoming(b) => f
+                .debug_struct("Incoming")
+                .field("body", &b.body)
+                .field("notes", &b.notes.is_some())
+                .field("ended", &b.ended)
                 .finish(),
             ReqBody::Empty => f.write_str("Empty"),
             #[cfg(test)]
@@ -60,12 +99,12 @@ impl Body for ReqBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ReqBody::Incoming(b, notes) => {
-                let frame = Pin::new(b).poll_frame(cx);
-                if let (Poll::Ready(Some(Ok(f))), Some(n)) = (&frame, notes) {
-                    if f.is_trailers() {
-                        n.trailer_section();
-                    }
+            ReqBody::Incoming(b) => {
+                let frame = Pin::new(&mut b.body).poll_frame(cx);
+                match (&frame, &b.notes) {
+                    (Poll::Ready(None), _) => b.ended = true,
+                    (Poll::Ready(Some(Ok(f))), Some(n)) if f.is_trailers() => n.unsure_end(),
+                    _ => {}
                 }
                 frame
             }
@@ -77,7 +116,7 @@ impl Body for ReqBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReqBody::Incoming(b, _) => b.is_end_stream(),
+            ReqBody::Incoming(b) => b.body.is_end_stream(),
             ReqBody::Empty => true,
             #[cfg(test)]
             ReqBody::Test(_) => false,
@@ -86,7 +125,7 @@ impl Body for ReqBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReqBody::Incoming(b, _) => b.size_hint(),
+            ReqBody::Incoming(b) => b.body.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
             #[cfg(test)]
             ReqBody::Test(_) => SizeHint::default(),
