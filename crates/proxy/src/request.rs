@@ -144,7 +144,9 @@ async fn forward(
             None,
         ));
     }
-    let has_upgrade = req.headers().contains_key(header::UPGRADE);
+    // An `Upgrade` in an HTTP/1.0 request is ignored (RFC 9110 §7.8).
+    let has_upgrade =
+        req.version() == http::Version::HTTP_11 && req.headers().contains_key(header::UPGRADE);
     if has_upgrade {
         if let Some(why) = forward::upgrade_problem(req.headers()) {
             return Err((ForwardError::Refused(StatusCode::BAD_REQUEST, why), None));

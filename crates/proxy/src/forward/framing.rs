@@ -93,6 +93,40 @@ pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode
     if parts.method == Method::CONNECT {
         return Some((StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not forwarded"));
     }
+    if parts.uri.scheme().is_none() && parts.uri.authority().is_some() {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "authority-form is a target for CONNECT only",
+        ));
+    }
+    if parts
+        .uri
+        .path_and_query()
+        .is_some_and(|pq| !pq.as_str().is_ascii())
+    {
+        // RFC 3986: non-ASCII is percent-encoded; gears would decode raw bytes each
+        // their own way (HAProxy refuses them too).
+        return Some((StatusCode::BAD_REQUEST, "a request target must be ASCII"));
+    }
+    if parts
+        .uri
+        .path_and_query()
+        .is_some_and(|pq| pq.as_str().starts_with('?'))
+    {
+        // `http://x?a` (or an HTTP/2 `:path` of `?a`): the path a gear would be sent is
+        // `/`, where the client named none (HAProxy refuses it too).
+        return Some((StatusCode::BAD_REQUEST, "a target with a query and no path"));
+    }
+    if parts.version == Version::HTTP_10 && parts.headers.contains_key(header::UPGRADE) {
+        // RFC 9110 §7.8: HTTP/1.0 has no upgrade (HAProxy refuses it too).
+        return Some((StatusCode::BAD_REQUEST, "Upgrade in an HTTP/1.0 request"));
+    }
+    if parts.method.as_str() == "PRI" {
+        return Some((
+            StatusCode::BAD_REQUEST,
+            "PRI is HTTP/2's preface, not a method",
+        ));
+    }
     if parts.uri.path() == "*" && parts.method != Method::OPTIONS {
         return Some((StatusCode::BAD_REQUEST, "'*' is a target for OPTIONS only"));
     }

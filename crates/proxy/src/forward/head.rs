@@ -139,7 +139,12 @@ pub fn read<'h, 'b>(
     };
     // What hyper's parser would make of the target, or refuse: the byte path forwards
     // exactly what it accepts (a fragment would be cut by it: left to it).
-    if method == Method::CONNECT || !origin_form(target.as_bytes()) {
+    // Non-ASCII and `PRI` are hyper's path's to refuse.
+    if method == Method::CONNECT
+        || !origin_form(target.as_bytes())
+        || !target.is_ascii()
+        || m == "PRI"
+    {
         return Read::Other;
     }
     let fields: &'h [httparse::Header<'b>] = r.headers;

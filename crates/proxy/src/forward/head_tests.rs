@@ -249,3 +249,18 @@ fn targets_as_http_takes_them() {
         );
     }
 }
+
+#[test]
+fn non_ascii_targets_and_pri_are_left_to_hyper_to_refuse() {
+    for raw in [
+        "GET /c\u{e9} HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET /c?q=\u{e9} HTTP/1.1\r\nHost: a\r\n\r\n",
+        "PRI /c HTTP/1.1\r\nHost: a\r\n\r\n",
+    ] {
+        let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+        assert!(
+            matches!(read(raw.as_bytes(), &mut slots, "", LIMIT), Read::Other),
+            "{raw:?}"
+        );
+    }
+}

@@ -442,3 +442,56 @@ fn response_hop_headers_removed() {
     assert!(!p.headers.contains_key("transfer-encoding"));
     assert_eq!(p.headers["content-type"], "text/plain");
 }
+
+#[test]
+fn targets_gears_could_read_otherwise_are_refused_or_made_origin_form() {
+    let parts = |uri: &str, method: &str| {
+        req(http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("host", "x:80"))
+    };
+    // Authority-form is for CONNECT only; raw non-ASCII bytes in a target; `PRI`.
+    for (uri, method) in [
+        ("x:80", "GET"),
+        ("x:80", "POST"),
+        ("/c\u{e9}", "GET"),
+        ("/c?q=\u{e9}", "GET"),
+        ("/c", "PRI"),
+    ] {
+        let p = parts(uri, method);
+        assert_eq!(
+            request_problem(&p).map(|r| r.0),
+            Some(http::StatusCode::BAD_REQUEST),
+            "{method} {uri}"
+        );
+    }
+    assert!(request_problem(&parts("/c%C3%A9?q=%E9", "GET")).is_none());
+    // An absolute-form target with a query and no path; a path-less one is `/`.
+    for (uri, ok) in [
+        ("http://x:80?a=b", false),
+        ("http://x:80?", false),
+        ("http://x:80", true),
+        ("http://x:80/p?a", true),
+    ] {
+        assert_eq!(request_problem(&parts(uri, "GET")).is_none(), ok, "{uri}");
+    }
+}
+
+#[test]
+fn an_upgrade_in_an_http_1_0_request_is_refused() {
+    let h10 = req(http::Request::get("/u")
+        .version(Version::HTTP_10)
+        .header("host", "x")
+        .header("connection", "keep-alive, Upgrade")
+        .header("upgrade", "websocket"));
+    assert_eq!(
+        request_problem(&h10).map(|r| r.0),
+        Some(http::StatusCode::BAD_REQUEST)
+    );
+    let h11 = req(http::Request::get("/u")
+        .header("host", "x")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket"));
+    assert!(request_problem(&h11).is_none());
+}
