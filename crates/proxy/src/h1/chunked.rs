@@ -123,6 +123,9 @@ impl Chunked {
                     if self.trailers > MAX_TRAILERS {
                         return Err(ParseError::Chunked("trailers too large"));
                     }
+                    if line.iter().any(|&b| b == b'\r' || b == 0) {
+                        return Err(ParseError::Chunked("bare CR or NUL in a trailer line"));
+                    }
                     if line.is_empty() {
                         self.state = ChunkState::Done;
                         return Ok(Step::End);
@@ -193,9 +196,18 @@ fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
     if digits > 15 {
         return Err(ParseError::Chunked("chunk size too large"));
     }
-    let rest = line[digits..].trim_ascii_start();
+    // Whitespace (BWS: SP, HTAB) before an extension; no control byte in one (a bare CR
+    // or a form feed ends a line for some parsers: RFC 9112 §7.1.1 has none there).
+    let rest = &line[digits..];
+    let rest = &rest[rest
+        .iter()
+        .take_while(|&&b| b == b' ' || b == b'\t')
+        .count()..];
     if !(rest.is_empty() || rest[0] == b';') {
         return Err(ParseError::Chunked("invalid chunk size"));
+    }
+    if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(ParseError::Chunked("control byte in a chunk extension"));
     }
     let hex = std::str::from_utf8(&line[..digits]).map_err(|_| ParseError::Chunked("size"))?;
     u64::from_str_radix(hex, 16).map_err(|_| ParseError::Chunked("invalid chunk size"))

@@ -342,8 +342,24 @@ fn malformed_chunked_bodies_are_errors() {
         b"1000000000000000\r\n",
         b"3 junk\r\nabc\r\n",
         b"3\nabc\r\n",
+        // A control byte where some parsers end the line: after the size, in an
+        // extension, in a trailer line.
+        b"3\x0c\r\nabc\r\n",
+        b"3\r\r\nabc\r\n",
+        b"3;a\rb\r\nabc\r\n",
+        b"3;a\x00\r\nabc\r\n",
+        b"0;\r\r\n\r\n",
+        b"0\r\nx-t: a\rb\r\n\r\n",
+        b"0\r\nx-t: a\x00\r\n\r\n",
     ] {
         assert!(decode_in_steps(bad, 64).is_err(), "{bad:?} accepted");
+    }
+    for good in [
+        &b"3\t;x=\"y z\"\r\nabc\r\n0\r\n\r\n"[..],
+        b"3 \t\r\nabc\r\n0\r\n\r\n",
+    ] {
+        let (data, ended, _) = decode_in_steps(good, 64).unwrap();
+        assert_eq!((data.as_slice(), ended), (&b"abc"[..], true), "{good:?}");
     }
     let long = vec![b'1'; MAX_CHUNK_LINE + 10];
     assert!(decode_in_steps(&long, 64).is_err());
