@@ -135,6 +135,9 @@ def strict_head(buf, request):
         start = (m.group(1), m.group(2))
         if re.search(rb"[\x00-\x20\x7f-\xff#]", start[1]):
             raise Strict("request target %r" % start[1][:80])
+        # Origin-form (or `*` for OPTIONS): what a proxy sends a server (RFC 9112 §3.2).
+        if not (start[1].startswith(b"/") or (start[1] == b"*" and start[0] == b"OPTIONS")):
+            raise Strict("request target not in origin-form %r" % start[1][:80])
     else:
         m = re.match(rb"^HTTP/1\.[01] ([1-5][0-9][0-9]) [\t !-~\x80-\xff]*$", first)
         if not m:

@@ -351,3 +351,217 @@ ALL.append(Case("r-early-answer-to-post",
                 [b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello",
                  b"world" + b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"],
                 {"/r": b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n" + CLOSE}))
+
+# ======================================================================================
+# A second pass through the literature: funky chunks (Weikop), trailers with framing
+# fields, Expect and HTTP/1.0 keep-alive with bodies, Content-Length spellings,
+# absolute-form, byte path <-> hyper pipelining and parking, split heads, control and
+# non-ASCII bytes, upgrades with bodies, odd methods, empty lines.
+TE = b"Transfer-Encoding: chunked\r\n"
+GET = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+PAUSE = [b""] * 8  # about 1.2 s of silence between parts: long enough for a park
+
+# --- funky chunks: terminators, spills, sizes, extensions (Weikop) ---------------------
+for n, body in [
+    ("fc-spill-two", b"5\r\nhelloXX\r\n0\r\n\r\n"),
+    ("fc-spill-hides", b"2\r\nxxAA\r\n0\r\n\r\n" + FRONT),
+    ("fc-term-cr-only", b"5\r\nhello\r0\r\n\r\n"),
+    ("fc-term-lf-only-hides", b"2\r\nxx\n23\r\n" + b"0\r\n\r\n" + FRONT),
+    ("fc-term-any-two", b"2\r\nxxAB2\r\nxx\r\n0\r\n\r\n"),
+    ("fc-size-plus", b"+5\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-tab-after", b"5\t\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-tab-before", b"\t5\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-16-digits", b"0000000000000005\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-u64max", b"ffffffffffffffff\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-nul", b"5\x00\r\nhello\r\n0\r\n\r\n"),
+    ("fc-size-ff", b"5\x0c\r\nhello\r\n0\r\n\r\n"),
+    ("fc-ext-nul", b"5;a=\x00\r\nhello\r\n0\r\n\r\n"),
+    ("fc-ext-quoted-lf", b'5;a="\n"\r\nhello\r\n0\r\n\r\n'),
+    ("fc-ext-many", b"5" + b";a" * 5000 + b"\r\nhello\r\n0\r\n\r\n"),
+    ("fc-ext-bare-cr-end", b"2;\rxx\r\n0\r\n\r\n"),
+    ("fc-last-size-lf", b"0\n\r\n"),
+    ("fc-last-ext-lf-hides", b"0;\n\r\n" + FRONT),
+    ("fc-last-double-zero", b"00\r\n\r\n"),
+    # Trailer sections: a request line, framing and routing fields, bad bytes.
+    ("fc-trailer-request-line", b"0\r\n"),  # S itself is the trailer section
+    ("fc-trailer-host", b"0\r\nHost: evil\r\n\r\n"),
+    ("fc-trailer-conn-close", b"0\r\nConnection: close\r\n\r\n"),
+    ("fc-trailer-te-cl", b"0\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n"),
+    ("fc-trailer-nul", b"0\r\nX: a\x00b\r\n\r\n"),
+    ("fc-trailer-bare-cr", b"0\r\nX: a\rb\r\n\r\n"),
+    ("fc-trailer-no-colon", b"0\r\nXY\r\n\r\n"),
+    ("fc-trailer-name-space", b"0\r\nX Y: z\r\n\r\n"),
+    ("fc-trailer-many-lf", b"0\r\nA: 1\nB: 2\nC: 3\r\n\r\n"),
+    ("fc-trailer-lf-lf-hides", b"0\r\nX: y\n\n" + FRONT),
+    ("fc-trailer-cr-crlf", b"0\r\n\r\r\n\r\n"),
+]:
+    post(n, TE, body + S)
+
+# --- Content-Length spellings ----------------------------------------------------------
+for n, cl in [
+    ("cl2-trailing-space", b"Content-Length: 5 "),
+    ("cl2-no-space", b"Content-Length:5"),
+    ("cl2-zeros-22", b"Content-Length: 0000000000000000000005"),
+    ("cl2-u64max", b"Content-Length: 18446744073709551615"),
+    ("cl2-2pow64", b"Content-Length: 18446744073709551616"),
+    ("cl2-list-nospace", b"Content-Length: 5,5"),
+    ("cl2-list-trailing-comma", b"Content-Length: 5,"),
+    ("cl2-list-leading-comma", b"Content-Length: ,5"),
+    ("cl2-list-empty-mid", b"Content-Length: 5,,5"),
+    ("cl2-minus-zero", b"Content-Length: -0"),
+    ("cl2-exponent", b"Content-Length: 5e0"),
+    ("cl2-nbsp", b"Content-Length: \xa05"),
+    ("cl2-dup-lines-one-empty", b"Content-Length: 5\r\nContent-Length: "),
+]:
+    post(n, cl + b"\r\n", b"hello" + S)
+
+# --- Expect: 100-continue with bodies, HTTP/1.0, pipelining ----------------------------
+EXP = b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+req("exp-chunked", [EXP + TE + b"\r\n", b"5\r\nhello\r\n0\r\n\r\n" + S])
+req("exp-one-packet", EXP + b"Content-Length: 5\r\n\r\nhello" + S)
+req("exp-chunked-trailer-lf-hides", [EXP + TE + b"\r\n", b"0\r\nX: y\n\r\n" + FRONT + S])
+req("exp-http10", b"POST /c HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("exp-case", [b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n", b"hello" + S])
+req("exp-list", [b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue, foo\r\nContent-Length: 5\r\n\r\n", b"hello" + S])
+req("exp-get-cl0", b"GET /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n" + S)
+req("exp-body-never-sent", [EXP + b"Content-Length: %d\r\n\r\n" % len(S)] + PAUSE + [S])
+
+# --- HTTP/1.0 keep-alive with bodies -----------------------------------------------------
+H10 = b"POST /c HTTP/1.0\r\nHost: x\r\n"
+req("h10-ka-cl-body", H10 + b"Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("h10-close-cl-body", H10 + b"Content-Length: 5\r\n\r\nhello" + S)
+req("h10-ka-no-length", H10 + b"Connection: keep-alive\r\n\r\n" + S)
+req("h10-ka-get", b"GET /c HTTP/1.0\r\nHost: x\r\nConnection: Keep-Alive\r\n\r\n" + S)
+req("h10-ka-no-host", b"GET /c HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + S)
+req("h10-ka-cl-te-dup", H10 + b"Connection: keep-alive\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello" + S)
+
+# --- absolute-form -------------------------------------------------------------------------
+for n, line, host in [
+    ("abs-port", b"GET http://x:80/c HTTP/1.1", b"Host: x:80\r\n"),
+    ("abs-port-host-no-port", b"GET http://x:80/c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-https", b"GET https://x/c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-upper-scheme", b"GET HTTP://X/c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-no-path", b"GET http://x HTTP/1.1", b"Host: x\r\n"),
+    ("abs-query-only", b"GET http://x?a=b HTTP/1.1", b"Host: x\r\n"),
+    ("abs-no-host-header", b"GET http://x/c HTTP/1.1", b""),
+    ("abs-ftp", b"GET ftp://x/c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-empty-authority", b"GET http:///c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-double-slash", b"GET //evil/c HTTP/1.1", b"Host: x\r\n"),
+    ("abs-path-crlf-encoded", b"GET http://x/c%0d%0aX:y HTTP/1.1", b"Host: x\r\n"),
+]:
+    req(n, line + b"\r\n" + host + b"\r\n" + S)
+req("abs-post-body", b"POST http://x/c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+
+# --- pipelining across the byte path and hyper, and parking --------------------------------
+req("pipe-get-post-cl", GET + b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("pipe-post-get", b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + GET + S)
+req("pipe-get-trailer-lf-hides", GET + b"POST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\nX: y\n\r\n" + FRONT + S)
+req("pipe-get-h10-post", GET + H10 + b"Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("pipe-get-split-into-te", [GET + b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Enc",
+                               b"oding: chunked\r\n\r\n0\r\n\r\n" + S])
+req("pipe-ten-gets", GET * 10 + S)
+req("park-after-post", [b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"] + PAUSE + [GET + S])
+req("park-after-h10", [b"GET /c HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"] + PAUSE +
+    [b"POST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\nX: y\n\r\n" + FRONT + S])
+req("park-after-expect", [EXP + b"Content-Length: 5\r\n\r\n", b"hello"] + PAUSE + [GET + S])
+req("park-mid-head", [b"GET /c HTTP/1.1\r\nHost: x\r\n"] + PAUSE + [b"\r\n" + S])
+req("park-after-chunked", [b"POST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n5\r\nhello\r\n0\r\n\r\n"] + PAUSE + [GET + S])
+req("park-lf-lf-partial", [b"GET /c HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", b"\n\n"] + PAUSE +
+    [b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S])
+
+# --- heads split awkwardly -------------------------------------------------------------------
+req("split-cr-lf", [b"GET /c HTTP/1.1\r\nHost: x\r", b"\n\r\n" + S])
+req("split-cl-digits", [b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 1", b"0\r\n\r\nhello12345" + S])
+req("split-te-name", [b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Enc", b"oding: chunked\r\n\r\n0\r\n\r\n" + S])
+req("split-bare-lf-end", [b"GET /c HTTP/1.1\nHost: x\n", b"\n" + S])
+req("split-bytewise", [bytes([b]) for b in b"POST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\nX: y\n\r\n"] + [FRONT + S])
+req("split-chunk-size", [b"POST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n1", b"0\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n" + S])
+
+# --- control and non-ASCII bytes ------------------------------------------------------------
+for n, h in [
+    ("ctl-name-del", b"X\x7fA: b"),
+    ("ctl-name-nul", b"X\x00A: b"),
+    ("ctl-value-cr-before-crlf", b"X-A: b\r"),
+    ("ctl-value-esc", b"X-A: b\x1bc"),
+    ("ctl-host-utf8", b"X-B: c\r\nHost: \xc3\xa9"),
+    ("ctl-value-lone-cr-te", b"X-A: b\r Transfer-Encoding: chunked"),
+]:
+    req(n, b"GET /c HTTP/1.1\r\nHost: x\r\n" + h + b"\r\n\r\n" + S)
+for n, t in [
+    ("ctl-target-del", b"/c\x7f"),
+    ("ctl-target-soh", b"/c\x01"),
+    ("ctl-target-utf8", b"/c\xc3\xa9"),
+    ("ctl-query-utf8", b"/c?\xc3\xa9"),
+    ("ctl-target-quote-brace", b'/c"{}'),
+    ("ctl-target-lt-gt", b"/c<x>"),
+]:
+    req(n, b"GET " + t + b" HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+
+# --- upgrades with bodies, and answers that are or are not a switch --------------------------
+WS = b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+req("upg-ws-chunked-body", b"GET /c HTTP/1.1\r\nHost: x\r\n" + WS + TE + b"\r\n0\r\n\r\n" + S)
+req("upg-h10", b"GET /c HTTP/1.0\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n" + S)
+SW = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+ALL.append(Case("upg-101-after-body", [b"POST /u HTTP/1.1\r\nHost: x\r\n" + WS + b"Content-Length: 5\r\n\r\nhello", S], {"/u": SW}))
+ALL.append(Case("upg-101-no-upgrade-field", [b"GET /u HTTP/1.1\r\nHost: x\r\n" + WS + b"\r\n", S],
+                {"/u": b"HTTP/1.1 101 Switching Protocols\r\n\r\n"}))
+ALL.append(Case("upg-101-other-protocol", [b"GET /u HTTP/1.1\r\nHost: x\r\n" + WS + b"\r\n", S],
+                {"/u": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"}))
+ALL.append(Case("upg-101-without-connection-upgrade", [b"GET /u HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n", S], {"/u": SW}))
+ALL.append(Case("upg-426-then-more", [b"GET /u HTTP/1.1\r\nHost: x\r\n" + WS + b"\r\n", S],
+                {"/u": b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n"}))
+
+# --- methods with odd tokens --------------------------------------------------------------
+for n, m in [
+    ("m-bang", b"GET!"), ("m-msearch", b"M-SEARCH"), ("m-hash", b"#"), ("m-obs-text", b"G\xc3\xa9T"),
+    ("m-pri-not-h2", b"PRI"), ("m-del-byte", b"GE\x7fT"),
+]:
+    req(n, m + b" /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("m-connect-cl-body", b"CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\nContent-Length: %d\r\n\r\n" % len(S) + S)
+req("m-connect-te-body", b"CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\n" + TE + b"\r\n0\r\n\r\n" + S)
+req("m-options-star-te", b"OPTIONS * HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\nX: y\n\r\n" + FRONT + S)
+req("m-head-te-body", b"HEAD /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\n\r\n" + S)
+
+# --- empty lines ---------------------------------------------------------------------------
+req("empty-1000-crlf", b"\r\n" * 1000 + b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("empty-20000-crlf", b"\r\n" * 20000 + b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("empty-1000-lf", b"\n" * 1000 + b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("empty-between-pipelined", GET + b"\r\n" * 10 + S)
+req("empty-space-line", b"\r\n \r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("empty-before-post-hides", b"\r\n\r\nPOST /c HTTP/1.1\r\nHost: x\r\n" + TE + b"\r\n0\r\nX: y\n\r\n" + FRONT + S)
+
+
+# --- answers with funky chunks --------------------------------------------------------------
+CH = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+resp("r-fc-ext-bare-cr", CH + b"2;a\rb\r\nok\r\n0\r\n\r\n" + P)
+resp("r-fc-data-lf-term", CH + b"2\r\nok\n0\r\n\r\n" + P)
+resp("r-fc-spill", CH + b"2\r\nokXX\r\n0\r\n\r\n" + P)
+resp("r-fc-trailer-bare-lf", CH + b"2\r\nok\r\n0\r\nX: y\n\r\n" + P)
+resp("r-fc-trailer-cr-crlf", CH + b"2\r\nok\r\n0\r\n\r\r\n" + P)
+resp("r-fc-size-16-digits", CH + b"0000000000000002\r\nok\r\n0\r\n\r\n" + P)
+resp("r-fc-size-ws-ff", CH + b"2\x0c\r\nok\r\n0\r\n\r\n" + P)
+resp("r-fc-last-ext-cr", CH + b"2\r\nok\r\n0;\r\r\n\r\n" + P)
+# upg-h10 with a backend that does switch; absolute-form targets with a query and no
+# path; a non-ASCII target on hyper's path.
+ALL.append(Case("upg-h10-101", [b"GET /u HTTP/1.0\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n", S], {"/u": SW}))
+ALL.append(Case("upg-h10-101-no-ka", [b"GET /u HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", S], {"/u": SW}))
+req("abs-empty-query", b"GET http://x? HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("abs-query-post", b"POST http://x?a=b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("ctl-target-utf8-post", b"POST /c\xc3\xa9 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+
+# --- refusals with Expect: 100-continue, and HTTP/1.0 clients of chunked or unframed answers --
+req("exp-refused-body-later", [b"POST http://evil/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(S), S])
+req("exp-refused-body-with-head", b"POST http://evil/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(S) + S + S)
+req("exp-refused-chunked-later", [b"POST http://evil/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n" + TE + b"\r\n", b"0\r\n\r\n" + S])
+req("refused-cl-body-then-s", b"POST http://evil/c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + S)
+H10GET = b"GET /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+ALL.append(Case("r-h10-client-close-delimited", [H10GET, b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"], {"/r": b"HTTP/1.1 200 OK\r\n\r\nok" + CLOSE}))
+ALL.append(Case("r-h10-client-chunked", [H10GET, b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"], {"/r": CH + b"2\r\nok\r\n0\r\n\r\n"}))
+ALL.append(Case("r-h10-client-chunked-trailers", [H10GET, b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"], {"/r": CH + b"2\r\nok\r\n0\r\nX: y\r\n\r\n"}))
+ALL.append(Case("r-h10-client-101", [b"GET /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", S], {"/r": SW}))
+ALL.append(Case("r-h10-client-100-then-200", [H10GET, b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"], {"/r": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}))
+# Origin-form without its path; authority-form on other methods than CONNECT.
+req("rl-query-only-target", b"GET ?a=b HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+req("rl-authority-form-get", b"GET x:80 HTTP/1.1\r\nHost: x:80\r\n\r\n" + S)
+req("rl-authority-form-post", b"POST x:80 HTTP/1.1\r\nHost: x:80\r\nContent-Length: 5\r\n\r\nhello" + S)
+req("abs-options-no-path", b"OPTIONS http://x HTTP/1.1\r\nHost: x\r\n\r\n" + S)
