@@ -511,6 +511,26 @@ async fn smuggling_attempts_are_refused_and_never_forwarded_ambiguously() {
     assert_eq!((got.status, got.text().as_str()), (200, "ok"));
 }
 
+/// `POST /front` whose body is `GET /smuggled`: what a front end that ends lines at LF
+/// sends behind a trailer section it saw end at `\n\r\n`.
+fn front_hiding_a_request() -> Vec<u8> {
+    let head = format!(
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        SMUGGLED.len()
+    );
+    [head.as_bytes(), SMUGGLED].concat()
+}
+
+/// The gear saw the first request only, and never the hidden one.
+fn assert_only_first_seen(gear: &Scripted) {
+    let seen = gear.seen();
+    assert!(
+        seen.iter().all(|r| !r.head.contains("/smuggled")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 1, "{seen:?}");
+}
+
 /// hyper's decoder reads a chunked body's trailer section up to the first empty CRLF
 /// line, bare LFs included. A front end that ends lines at LF sees the trailer section
 /// end at `\n\r\n` and sends the next request; the balancer would take that request's
@@ -529,17 +549,12 @@ async fn a_request_hidden_behind_a_trailer_section_never_reaches_a_gear() {
             "[health]\nenabled = false",
         ),
     );
-    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
-    let front = format!(
-        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        hidden.len()
-    );
+    let front = front_hiding_a_request();
     for trailer in [&b"X-T: y\n\r\n"[..], b"\n", b"X-T: y\r\n\r\n"] {
         let request = [
             &b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"[..],
             trailer,
-            front.as_bytes(),
-            hidden,
+            &front,
         ]
         .concat();
         let _ = gear.take();
@@ -593,12 +608,8 @@ async fn a_request_behind_a_trailer_section_after_an_early_answer_is_refused() {
     let (head, body) = read_head_and_body(&mut s, &mut rest);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "ok");
-    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
-    let front = format!(
-        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        hidden.len()
-    );
-    s.write_all(&[&b"0\r\nX-T: y\n\r\n"[..], front.as_bytes(), hidden].concat())
+    let front = front_hiding_a_request();
+    s.write_all(&[&b"0\r\nX-T: y\n\r\n"[..], &front].concat())
         .unwrap();
     let mut out = rest;
     let _ = s.read_to_end(&mut out);
@@ -609,12 +620,7 @@ async fn a_request_behind_a_trailer_section_after_an_early_answer_is_refused() {
         "{out:?}"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let seen = gear.seen();
-    assert!(
-        seen.iter().all(|r| !r.head.contains("/smuggled")),
-        "{seen:?}"
-    );
-    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_only_first_seen(&gear);
 }
 
 /// As above, where the balancer answers without reading the body to its end (no gear
@@ -623,15 +629,10 @@ async fn a_request_behind_a_trailer_section_after_an_early_answer_is_refused() {
 /// hidden behind reaches no gear.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear() {
-    let hidden = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
-    let front = format!(
-        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        hidden.len()
-    );
+    let front = front_hiding_a_request();
     let request = [
         &b"POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-T: y\n\r\n"[..],
-        front.as_bytes(),
-        hidden,
+        &front,
     ]
     .concat();
     // A gear that refuses before reading the body, then reads on.
@@ -664,12 +665,7 @@ async fn a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear() {
         assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{name}: {out:?}");
         assert!(took < Duration::from_secs(4), "{name}: left open");
     }
-    let seen = gear.seen();
-    assert!(
-        seen.iter().all(|r| !r.head.contains("/smuggled")),
-        "{seen:?}"
-    );
-    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_only_first_seen(&gear);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
