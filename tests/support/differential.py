@@ -44,6 +44,12 @@ ACCEPTED = {
     "client, so its connection stays usable and its next request is served (HAProxy closes it)",
     "r-head-line-only": "as r-no-length-close, with an empty body",
     "r-http10-close-delimited": "as r-no-length-close, from an HTTP/1.0 backend",
+    "rx-te-http10": "as r-http10-close-delimited: Transfer-Encoding on an HTTP/1.0 answer "
+    "is faulty framing (RFC 9112 6.1), read to the close and passed on chunked",
+    "rx-h10-ka-no-length": "as r-http10-close-delimited, with Connection: keep-alive",
+    "rx-cl-i64-overflow": "a length beyond a signed 64-bit number is a 502 (a client holding "
+    "it signed would overflow) and the client's next request is served; HAProxy passes the "
+    "length on and waits for that many bytes",
     "r-te-empty": "as r-no-length-close: an empty Transfer-Encoding names no chunked "
     "coding, so the body runs to the close (RFC 9112 6.3); the client gets it chunked",
     "ws-upgrade-bad-version": "no tunnel is opened unless the backend answers 101; the "

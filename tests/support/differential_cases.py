@@ -565,3 +565,180 @@ req("rl-query-only-target", b"GET ?a=b HTTP/1.1\r\nHost: x\r\n\r\n" + S)
 req("rl-authority-form-get", b"GET x:80 HTTP/1.1\r\nHost: x:80\r\n\r\n" + S)
 req("rl-authority-form-post", b"POST x:80 HTTP/1.1\r\nHost: x:80\r\nContent-Length: 5\r\n\r\nhello" + S)
 req("abs-options-no-path", b"OPTIONS http://x HTTP/1.1\r\nHost: x\r\n\r\n" + S)
+
+
+# rx-: a third pass over the response side (what a gear answers and what reaches the
+# client): status-line and field spellings, Content-Length / Transfer-Encoding on the
+# response, bodiless answers carrying framing, interim responses, chunk edge cases with
+# the gear closing mid-body, and tails after a complete answer on pipelined connections.
+C2 = b"GET /c2 HTTP/1.1\r\nHost: x\r\n\r\n"
+R = b"GET /r HTTP/1.1\r\nHost: x\r\n\r\n"
+OK2 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+PCH = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nPOISON\r\n0\r\n\r\n"
+
+
+def rx(name, raw, method=b"GET"):
+    resp("rx-" + name, raw, method=method)
+
+
+def rx_case(name, sends, answers):
+    ALL.append(Case("rx-" + name, sends, answers))
+
+
+# --- status lines ----------------------------------------------------------------------
+for n, line in [
+    ("sl-tab-sep", b"HTTP/1.1\t200\tOK"),
+    ("sl-double-space", b"HTTP/1.1  200 OK"),
+    ("sl-lower-proto", b"http/1.1 200 OK"),
+    ("sl-leading-zero-ver", b"HTTP/01.1 200 OK"),
+    ("sl-http12", b"HTTP/1.2 200 OK"),
+    ("sl-leading-space", b" HTTP/1.1 200 OK"),
+    ("sl-status-leading-zero", b"HTTP/1.1 0200 OK"),
+    ("sl-reason-del", b"HTTP/1.1 299 a\x7fb"),
+    ("sl-reason-esc", b"HTTP/1.1 299 \x1b[31mred"),
+    ("sl-reason-http", b"HTTP/1.1 299 HTTP/1.1 200 OK"),
+]:
+    rx(n, line + b"\r\nContent-Length: 2\r\n\r\nok" + P)
+rx("sl-leading-lf", b"\n\n" + OK2 + P)
+rx("sl-many-leading-crlf", b"\r\n" * 200 + OK2 + P)
+
+# --- Content-Length spellings on an answer (P follows the body) ----------------------------
+for n, cl in [
+    ("cl-dup-same", b"Content-Length: 2\r\nContent-Length: 2"),
+    ("cl-dup-zero", b"Content-Length: 2\r\nContent-Length: 0"),
+    ("cl-list-diff", b"Content-Length: 2, 8"),
+    ("cl-list-trailing-comma", b"Content-Length: 2,"),
+    ("cl-19-digits", b"Content-Length: 0000000000000000002"),
+    ("cl-20-digits", b"Content-Length: 00000000000000000002"),
+    ("cl-obsfold", b"Content-Length:\r\n 2"),
+]:
+    rx(n, b"HTTP/1.1 200 OK\r\n" + cl + b"\r\n\r\nok" + P)
+# A length a signed 64-bit reader overflows on (9.99e18 > 2^63-1); the gear then closes.
+rx("cl-i64-overflow", b"HTTP/1.1 200 OK\r\nContent-Length: 9999999999999999999\r\n\r\nok" + CLOSE)
+rx("cl-u64-overflow", b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551617\r\n\r\nok" + P)
+
+# --- Transfer-Encoding spellings on an answer ---------------------------------------------
+CHB = b"2\r\nok\r\n0\r\n\r\n"
+for n, te, tail in [
+    ("te-trailing-comma", b"Transfer-Encoding: chunked,", P),
+    ("te-leading-comma", b"Transfer-Encoding: ,chunked", P),
+    ("te-second-empty", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: ", P),
+    ("te-split-gzip-chunked", b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked", P),
+    ("te-quoted", b'Transfer-Encoding: "chunked"', P + CLOSE),
+    ("te-obs-text", b"Transfer-Encoding: chunked\xff", P + CLOSE),
+    ("te-space-in-coding", b"Transfer-Encoding: gzip x, chunked", P),
+    ("te-bad-param", b"Transfer-Encoding: gzip;=, chunked", P),
+    ("te-dup-lines-chunked", b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", P),
+    ("te-cl-zero", b"Content-Length: 0\r\nTransfer-Encoding: chunked", P),
+    ("te-gzip-chunked", b"Transfer-Encoding: gzip, chunked", P),
+]:
+    rx(n, b"HTTP/1.1 200 OK\r\n" + te + b"\r\n\r\n" + CHB + tail)
+rx("te-http10", b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + CHB + P)
+
+# --- Connection, Keep-Alive, hop-by-hop -----------------------------------------------------
+for n, h in [
+    ("conn-close-semicolon", b"Connection: close;"),
+    ("conn-names-date", b"Connection: Date\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT"),
+    ("conn-upgrade-on-200", b"Connection: Upgrade\r\nUpgrade: websocket"),
+    ("set-cookie-obs-text", b"Set-Cookie: a=\xe9\xff; Path=/"),
+    ("field-del-value", b"X: a\x7fb"),
+    ("field-esc-value", b"X: \x1b[2J"),
+    ("field-obs-text", b"X: \xff\xfe\x80"),
+    ("field-long-name", b"X" * 8000 + b": a"),
+    ("obsfold-set-cookie", b"Set-Cookie: a=b\r\n c=d"),
+]:
+    rx(n, b"HTTP/1.1 200 OK\r\n" + h + b"\r\nContent-Length: 2\r\n\r\nok" + P)
+rx("ws-before-first-field", b"HTTP/1.1 200 OK\r\n X: y\r\nContent-Length: 2\r\n\r\nok" + P)
+rx("h10-ka-no-length", b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\nok" + P + CLOSE)
+rx("head-300k", b"HTTP/1.1 200 OK\r\nX: " + b"a" * 300000 + b"\r\nContent-Length: 2\r\n\r\nok")
+
+# --- chunked bodies -----------------------------------------------------------------------
+for n, body, tail in [
+    ("ch-size-trailing-sp", b"2 \r\nok\r\n0\r\n\r\n", P),
+    ("ch-ext-long", b"2;" + b"a" * 5000 + b"\r\nok\r\n0\r\n\r\n", P),
+    ("ch-second-too-long", b"2\r\nok\r\n2\r\nokXX\r\n0\r\n\r\n", P),
+    ("ch-second-too-short", b"2\r\nok\r\n4\r\nok\r\n0\r\n\r\n", P),
+    ("ch-no-last-chunk-close", b"2\r\nok\r\n", CLOSE),
+    ("ch-close-in-trailers", b"2\r\nok\r\n0\r\nX: y\r\n", CLOSE),
+    ("ch-size-nul", b"2\x00\r\nok\r\n0\r\n\r\n", P),
+    ("ch-lf-after-last", b"2\r\nok\r\n0\r\n\n", P),
+    ("ch-then-chunked-poison", b"2\r\nok\r\n0\r\n\r\n", PCH),
+    ("ch-trailer-obsfold", b"2\r\nok\r\n0\r\nX-T: a\r\n b\r\n\r\n", P),
+    ("ch-trailer-no-colon", b"2\r\nok\r\n0\r\nXT\r\n\r\n", P),
+    ("ch-trailer-response-line", b"2\r\nok\r\n0\r\nHTTP/1.1 200 OK\r\n\r\n", P),
+]:
+    rx(n, CH + body + tail)
+for n, tr in [
+    ("ch-trailer-declared", b"X-T: v"),
+    ("ch-trailer-declared-cl", b"Content-Length: 6"),
+]:
+    name = tr.split(b":")[0]
+    rx(n, b"HTTP/1.1 200 OK\r\nTrailer: " + name + b"\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + tr + b"\r\n\r\n" + P)
+
+# --- bodiless answers with framing fields ------------------------------------------------
+rx("head-cl-bad", b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n" + P, method=b"HEAD")
+rx("head-cl-conflict", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\n" + P, method=b"HEAD")
+rx("head-cl-list-diff", b"HTTP/1.1 200 OK\r\nContent-Length: 2, 8\r\n\r\n" + P, method=b"HEAD")
+rx("head-te-cl", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" + P, method=b"HEAD")
+rx("head-te-bad", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n" + P, method=b"HEAD")
+rx("304-cl-conflict", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\n" + P)
+rx("204-te-chunked-body", b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n" + CHB + P)
+rx("204-cl-bad", b"HTTP/1.1 204 No Content\r\nContent-Length: abc\r\n\r\n" + P)
+rx_case("head-h10-cl-bad", [b"HEAD /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", C2],
+        {"/r": b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n" + P})
+rx_case("head-h10-cl-conflict", [b"HEAD /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", C2],
+        {"/r": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\n" + P})
+
+# --- interim responses --------------------------------------------------------------------
+EH = b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n"
+rx("103-cl", EH + b"Content-Length: 6\r\n\r\n" + OK2)
+rx("103-body-then-200", EH + b"\r\nPOISON" + OK2)
+rx("199-then-200", b"HTTP/1.1 199 Whatever\r\nX: y\r\n\r\n" + OK2)
+rx("103-x40", (EH + b"\r\n") * 40 + OK2)
+rx("103-obsfold", EH + b"X: a\r\n b\r\n\r\n" + OK2)
+rx("103-then-101", EH + b"\r\n" + b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + P)
+rx("1xx-after-final", OK2 + EH + b"\r\n")
+rx_case("103-h10-client", [b"GET /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n", C2],
+        {"/r": EH + b"\r\n" + OK2})
+rx_case("expect-100-then-200-tail",
+        [b"POST /r HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", b"hello", C2],
+        {"/r": b"HTTP/1.1 100 Continue\r\n\r\n" + OK2 + P})
+rx_case("expect-103-then-200",
+        [b"POST /r HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", b"hello", C2],
+        {"/r": EH + b"\r\n" + OK2})
+
+# --- pipelined client requests (one write): the first answer carries a tail ---------------
+for n, ans in [
+    ("pipe-two-in-one-write", OK2 + P),
+    ("pipe-chunked-tail-chunked", CH + CHB + PCH),
+    ("pipe-short-chunk", CH + b"1\r\nok\r\n0\r\n\r\n" + P),
+    ("pipe-304-tail", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 6\r\n\r\n" + P),
+    ("pipe-103-tail", EH + b"\r\n" + OK2 + P),
+    ("pipe-te-cl-tail", b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n" + CHB + P),
+]:
+    rx_case(n, [R + C2], {"/r": ans})
+rx_case("pipe-head-tail", [b"HEAD /r HTTP/1.1\r\nHost: x\r\n\r\n" + C2],
+        {"/r": b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n" + P})
+rx_case("pipe-three", [R + R + C2], {"/r": OK2 + P})
+rx_case("pipe-h10-client", [b"GET /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n" + C2], {"/r": OK2 + P})
+rx_case("pipe-post-then-get", [b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello" + C2], {"/r": OK2 + P})
+rx_case("post-chunk-cut", [b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", C2],
+        {"/r": CH + b"2\r\nok\r\n" + CLOSE})
+rx_case("close-no-answer", [R, C2], {"/r": CLOSE})
+rx_case("101-with-cl-asked",
+        [b"GET /r HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", b"tunnel"],
+        {"/r": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nContent-Length: 6\r\n\r\nPOISON"})
+# The same bodiless answers on hyper's path (an HTTP/1.0 client, or a request with a body).
+H10R = b"GET /r HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+rx_case("head-body-cl-conflict", [b"HEAD /r HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", C2],
+        {"/r": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\n" + P})
+rx_case("304-h10-cl-conflict", [H10R, C2],
+        {"/r": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 2\r\nContent-Length: 8\r\n\r\n" + P})
+rx_case("204-h10-cl-bad", [H10R, C2], {"/r": b"HTTP/1.1 204 No Content\r\nContent-Length: abc\r\n\r\n" + P})
+rx_case("103-cl-post", [b"POST /r HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", C2],
+        {"/r": EH + b"Content-Length: 6\r\n\r\n" + OK2})
+rx("te-trailing-comma-close", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n" + CHB + P + CLOSE)
+rx_case("te-trailing-comma-h10-client", [H10R, C2],
+        {"/r": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n" + CHB + P + CLOSE})
+rx_case("pipe-te-trailing-comma", [R + C2], {"/r": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, \r\n\r\n" + CHB + P})
+rx("103-cl-conflict", EH + b"Content-Length: 2\r\nContent-Length: 8\r\n\r\n" + OK2)

@@ -333,9 +333,14 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             }
             Kind::TransferEncoding => {
                 te = true;
-                te_last_chunked = tokens(h.value)
-                    .next_back()
-                    .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+                // Empty list elements are ignored (RFC 9110 §5.6.1: `chunked,` is
+                // chunked); a coding that is not `token *( ";" param )` is refused.
+                for t in tokens(h.value).filter(|t| !t.is_empty()) {
+                    if !is_coding(t) {
+                        return Err(ParseError::Head("invalid transfer coding"));
+                    }
+                    te_last_chunked = t.eq_ignore_ascii_case(b"chunked");
+                }
             }
             Kind::ContentLength => cl = true,
             _ => {}
@@ -358,20 +363,22 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     if te && version == Version::HTTP_10 {
         head.keep_alive = false;
     }
-    head.body = if *method == Method::HEAD
+    // A bodiless response's framing fields still say what the body would have been
+    // (`HEAD`, 304): checked and passed on as for any other.
+    let bodiless = *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        BodyLen::Empty
-    } else if te {
+        || status == StatusCode::NOT_MODIFIED;
+    head.body = if te {
         // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and such a message
         // is not to be trusted with the connection after it.
         if cl {
             head.length = LengthFix::Drop;
             head.keep_alive = false;
         }
-        if te_last_chunked {
+        if bodiless {
+            BodyLen::Empty
+        } else if te_last_chunked {
             BodyLen::Chunked
         } else {
             head.keep_alive = false;
@@ -379,10 +386,18 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         }
     } else {
         let (length, pieces) = content_length_pieces(head.lengths())?;
-        if let (Some(n), 2..) = (length, pieces) {
-            head.length = LengthFix::Once(n);
+        // Written several times, or with leading zeros: passed on once, as a number.
+        let padded = || {
+            head.lengths()
+                .any(|v| v.trim_ascii().starts_with(b"0") && v.trim_ascii().len() > 1)
+        };
+        match (length, pieces) {
+            (Some(n), 2..) => head.length = LengthFix::Once(n),
+            (Some(n), _) if padded() => head.length = LengthFix::Once(n),
+            _ => {}
         }
         match length {
+            _ if bodiless => BodyLen::Empty,
             Some(0) => BodyLen::Empty,
             Some(n) => BodyLen::Length(n),
             None => {
@@ -391,14 +406,34 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
             }
         }
     };
-    // A bodiless response still says what length the body would have had (`HEAD`, 304):
-    // written once too.
-    if head.body == BodyLen::Empty && cl && head.length == LengthFix::AsIs {
-        if let Ok((Some(n), 2..)) = content_length_pieces(head.lengths()) {
-            head.length = LengthFix::Once(n);
-        }
-    }
     Ok(Some(head))
+}
+
+/// A transfer coding as RFC 9112 §7 writes it: a token, then `; name=value`
+/// parameters (a token or a quoted string each, with optional whitespace).
+fn is_coding(t: &[u8]) -> bool {
+    let is_token = |s: &[u8]| {
+        !s.is_empty()
+            && s.iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let quoted = |s: &[u8]| {
+        s.len() >= 2
+            && s[0] == b'"'
+            && s[s.len() - 1] == b'"'
+            && s[1..s.len() - 1]
+                .iter()
+                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b) || b >= 0x80)
+    };
+    let mut parts = t.split(|&b| b == b';');
+    is_token(parts.next().unwrap_or_default().trim_ascii())
+        && parts.all(|p| match p.iter().position(|&b| b == b'=') {
+            Some(i) => {
+                let v = p[i + 1..].trim_ascii();
+                is_token(p[..i].trim_ascii()) && (is_token(v) || quoted(v))
+            }
+            None => false,
+        })
 }
 
 /// The items of a comma-separated header value (`Connection`, say), trimmed.
@@ -423,6 +458,11 @@ pub(super) fn content_length_pieces<'a>(
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .ok_or(ParseError::Length)?;
+            // Beyond a signed 64-bit number: more than any body, and more than many
+            // clients hold.
+            if n > i64::MAX as u64 {
+                return Err(ParseError::Length);
+            }
             match found {
                 Some(m) if m != n => return Err(ParseError::Length),
                 _ => found = Some(n),

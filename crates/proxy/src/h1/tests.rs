@@ -400,3 +400,98 @@ fn a_chunked_body_is_checked_as_far_as_its_first_chunk() {
         "not yet too long"
     );
 }
+
+#[test]
+fn transfer_codings_are_read_as_lists_and_refused_when_malformed() {
+    for (te, want) in [
+        ("chunked,", BodyLen::Chunked),
+        ("chunked, ", BodyLen::Chunked),
+        ("gzip,,chunked", BodyLen::Chunked),
+        ("gzip;q=1, chunked", BodyLen::Chunked),
+        ("gzip ; level=\"9\", chunked", BodyLen::Chunked),
+        ("chunked, gzip", BodyLen::Close),
+        ("", BodyLen::Close),
+    ] {
+        let raw = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {te}\r\n\r\n");
+        let h = parse(&raw, Method::GET).unwrap().unwrap();
+        assert_eq!(h.body, want, "{te:?}");
+    }
+    for te in [
+        &b"\"chunked\""[..],
+        b"chunked\xff",
+        b"gzip x, chunked",
+        b"gzip;=, chunked",
+        b"gzip;q, chunked",
+    ] {
+        let raw = [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: "[..],
+            te,
+            b"\r\n\r\n",
+        ]
+        .concat();
+        let got = parse_response(&mut BytesMut::from(&raw[..]), &Method::GET);
+        assert!(got.is_err(), "{:?}: {got:?}", String::from_utf8_lossy(te));
+    }
+}
+
+#[test]
+fn a_bodiless_answer_s_framing_fields_are_checked_and_fixed_as_any_other() {
+    for (raw, method) in [
+        (
+            "HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\n",
+            Method::HEAD,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 8\r\n\r\n",
+            Method::HEAD,
+        ),
+        (
+            "HTTP/1.1 304 Not Modified\r\ncontent-length: 2, 8\r\n\r\n",
+            Method::GET,
+        ),
+        (
+            "HTTP/1.1 103 Early Hints\r\ncontent-length: x\r\n\r\n",
+            Method::GET,
+        ),
+    ] {
+        assert!(parse(raw, method.clone()).is_err(), "{method} {raw:?}");
+    }
+    let h = parse(
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n",
+        Method::HEAD,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(h.body, BodyLen::Empty);
+    assert!(
+        !h.headers().contains_key("content-length"),
+        "{:?}",
+        h.headers()
+    );
+    // An interim response goes on without framing fields.
+    let mut headers = HeaderMap::new();
+    headers.insert("content-length", "6".parse().unwrap());
+    headers.insert("link", "</a>".parse().unwrap());
+    let mut out = BytesMut::new();
+    encode_interim(http::StatusCode::EARLY_HINTS, &headers, &mut out);
+    assert_eq!(&out[..], b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n");
+}
+
+#[test]
+fn a_length_with_leading_zeros_goes_on_as_a_number_and_one_past_i64_is_refused() {
+    let h = parse(
+        "HTTP/1.1 200 OK\r\ncontent-length: 0000000000000000002\r\n\r\nok",
+        Method::GET,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(h.body, BodyLen::Length(2));
+    assert_eq!(h.headers()["content-length"], "2");
+    let max = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", i64::MAX);
+    assert!(parse(&max, Method::GET).is_ok());
+    let over = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+        i64::MAX as u64 + 1
+    );
+    assert!(parse(&over, Method::GET).is_err());
+}

@@ -179,7 +179,12 @@ pub fn allowed_trailers(mut t: HeaderMap) -> Option<HeaderMap> {
 pub fn encode_interim(status: StatusCode, headers: &HeaderMap, out: &mut BytesMut) {
     out.reserve(64);
     put_status_line(out, status, "");
-    for (k, v) in headers {
+    // No framing field on a 1xx (RFC 9110 §8.6, RFC 9112 §6.1): a client framing it by
+    // one would take the final response's head for its body.
+    for (k, v) in headers
+        .iter()
+        .filter(|(k, _)| *k != header::CONTENT_LENGTH && *k != header::TRANSFER_ENCODING)
+    {
         out.put_slice(k.as_str().as_bytes());
         out.put_slice(b": ");
         out.put_slice(v.as_bytes());

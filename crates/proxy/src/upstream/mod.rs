@@ -40,13 +40,15 @@
 //!
 //! | the response | the balancer | test |
 //! |---|---|---|
-//! | answers `HEAD`, or is `1xx`, `204`, `304` | no body, whatever its head says (§6.3 ¶1–2); a `Content-Length` is passed on, once | `h1::response_heads_and_their_framing`, `h1::a_length_written_several_times_is_passed_on_once` |
+//! | answers `HEAD`, or is `1xx`, `204`, `304` | no body, whatever its head says (§6.3 ¶1–2); its framing fields are checked as any other's (a bad or conflicting length is a `502`; beside `Transfer-Encoding` it is dropped) and a `Content-Length` is passed on, once; a `1xx` goes on without framing fields (RFC 9110 §8.6) | `h1::response_heads_and_their_framing`, `h1::a_length_written_several_times_is_passed_on_once`, `h1::a_bodiless_answer_s_framing_fields_are_checked_and_fixed_as_any_other` |
+//! | `Transfer-Encoding` list elements | empty ones ignored (`chunked,` is chunked, RFC 9110 §5.6.1); one that is not `token *(; param)` (`"chunked"`, `gzip x`) is a `502` | `h1::transfer_codings_are_read_as_lists_and_refused_when_malformed` |
 //! | `Transfer-Encoding` with `chunked` last | chunked, decoded and re-framed for the client; a `Content-Length` beside it is dropped and the connection not reused (§6.3 ¶3) | `h1::response_heads_and_their_framing`, `backends_closing_idle_keep_alive_connections_fail_no_request` |
 //! | `Transfer-Encoding` without `chunked` (`gzip`) | read to the close (§6.3 ¶3), never reused | `h1::response_heads_and_their_framing`, `transfer_codings_other_than_chunked_are_refused_or_passed_faithfully` |
 //! | other codings than `chunked` (`gzip, chunked`) | kept for an HTTP/1.1 client (hyper adds the chunked framing, RFC 9112 §6.1); `502` for HTTP/1.0 (§6.1: no Transfer-Encoding to it) and HTTP/2 clients (RFC 9113 §8.2.2) | `transfer_codings_other_than_chunked_are_refused_or_passed_faithfully` |
 //! | `chunked` twice, or not last with other codings | `502` (§6.1: chunked at most once, last) | `forward::transfer_codings_other_than_chunked` |
 //! | `Content-Length`, one number (perhaps written several times: `3, 3`) | that length; passed on written once (RFC 9110 §8.6) | `host_and_length_are_made_valid_http_1_1` |
-//! | `Content-Length` not a number, or several different ones | `502`, connection closed (§6.3 ¶5) | `h1::partial_heads_wait_and_bad_ones_are_errors` |
+//! | `Content-Length` not a number, several different ones, or beyond a signed 64-bit number | `502`, connection closed (§6.3 ¶5) | `h1::partial_heads_wait_and_bad_ones_are_errors`, `h1::a_length_with_leading_zeros_goes_on_as_a_number_and_one_past_i64_is_refused` |
+//! | `Content-Length` with leading zeros | passed on as the number | `h1::a_length_with_leading_zeros_goes_on_as_a_number_and_one_past_i64_is_refused` |
 //! | neither | read to the close (§6.3 ¶8), never reused | `u::chunked_close_delimited_and_closing_responses` |
 //! | HTTP/1.0 with `Transfer-Encoding` | framing faulty: closed after it, whatever `Connection` says (§6.1) | `an_http_1_0_response_with_transfer_encoding_closes_its_connection` |
 //! | a head larger than 256 KiB, 100 fields, or not HTTP | `502`, connection closed | `h1::partial_heads_wait_and_bad_ones_are_errors` |
