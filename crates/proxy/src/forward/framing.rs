@@ -99,20 +99,13 @@ pub fn request_problem(parts: &http::request::Parts) -> Option<(http::StatusCode
             "authority-form is a target for CONNECT only",
         ));
     }
-    if parts
-        .uri
-        .path_and_query()
-        .is_some_and(|pq| !pq.as_str().is_ascii())
-    {
+    let target = parts.uri.path_and_query().map_or("", |pq| pq.as_str());
+    if !target.is_ascii() {
         // RFC 3986: non-ASCII is percent-encoded; gears would decode raw bytes each
         // their own way (HAProxy refuses them too).
         return Some((StatusCode::BAD_REQUEST, "a request target must be ASCII"));
     }
-    if parts
-        .uri
-        .path_and_query()
-        .is_some_and(|pq| pq.as_str().starts_with('?'))
-    {
+    if target.starts_with('?') {
         // `http://x?a` (or an HTTP/2 `:path` of `?a`): the path a gear would be sent is
         // `/`, where the client named none (HAProxy refuses it too).
         return Some((StatusCode::BAD_REQUEST, "a target with a query and no path"));

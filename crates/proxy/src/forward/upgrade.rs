@@ -17,17 +17,12 @@ pub fn upgrade_problem(headers: &HeaderMap) -> Option<&'static str> {
             let mut parts = t.splitn(2, |&b| b == b'/');
             let name = parts.next().unwrap_or_default();
             let version = parts.next();
-            !(name.iter().all(|&b| is_tchar(b))
-                && version.is_none_or(|v| !v.is_empty() && v.iter().all(|&b| is_tchar(b)))
+            !(name.iter().all(|&b| h1::is_tchar(b))
+                && version.is_none_or(|v| !v.is_empty() && v.iter().all(|&b| h1::is_tchar(b)))
                 && (!name.is_empty() || t.is_empty()))
         })
     });
     bad.then_some("malformed Upgrade header")
-}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// What a request is to the balancer's own upgrade protocols (`protocols`, proven by

@@ -387,14 +387,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     } else {
         let (length, pieces) = content_length_pieces(head.lengths())?;
         // Written several times, or with leading zeros: passed on once, as a number.
-        let padded = || {
-            head.lengths()
-                .any(|v| v.trim_ascii().starts_with(b"0") && v.trim_ascii().len() > 1)
-        };
-        match (length, pieces) {
-            (Some(n), 2..) => head.length = LengthFix::Once(n),
-            (Some(n), _) if padded() => head.length = LengthFix::Once(n),
-            _ => {}
+        if let (Some(n), Pieces { count: 2.., .. } | Pieces { padded: true, .. }) = (length, pieces)
+        {
+            head.length = LengthFix::Once(n);
         }
         match length {
             _ if bodiless => BodyLen::Empty,
@@ -412,11 +407,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
 /// A transfer coding as RFC 9112 §7 writes it: a token, then `; name=value`
 /// parameters (a token or a quoted string each, with optional whitespace).
 fn is_coding(t: &[u8]) -> bool {
-    let is_token = |s: &[u8]| {
-        !s.is_empty()
-            && s.iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-    };
+    let is_token = |s: &[u8]| !s.is_empty() && s.iter().all(|&b| is_tchar(b));
     let quoted = |s: &[u8]| {
         s.len() >= 2
             && s[0] == b'"'
@@ -436,21 +427,38 @@ fn is_coding(t: &[u8]) -> bool {
         })
 }
 
+/// RFC 9110 `tchar`: a byte of a token.
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// The items of a comma-separated header value (`Connection`, say), trimmed.
 pub fn tokens(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
+/// How a `Content-Length` was written: in how many pieces (values and list elements),
+/// and whether one has leading zeros.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pieces {
+    pub(super) count: usize,
+    pub(super) padded: bool,
+}
+
 /// The message's `Content-Length` (every value and list element must be the same
-/// number), and in how many pieces (values and list elements) it was written.
+/// number), and how it was written.
 pub(super) fn content_length_pieces<'a>(
     values: impl Iterator<Item = &'a [u8]>,
-) -> Result<(Option<u64>, usize), ParseError> {
+) -> Result<(Option<u64>, Pieces), ParseError> {
     let mut found = None;
-    let mut pieces = 0;
+    let mut pieces = Pieces {
+        count: 0,
+        padded: false,
+    };
     for v in values {
         for part in tokens(v) {
-            pieces += 1;
+            pieces.count += 1;
+            pieces.padded |= part.len() > 1 && part[0] == b'0';
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(ParseError::Length);
             }

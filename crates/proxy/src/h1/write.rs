@@ -61,7 +61,7 @@ pub fn request_framing(headers: &mut HeaderMap, empty: bool, exact: Option<u64>)
             .iter()
             .map(HeaderValue::as_bytes),
     )
-    .unwrap_or((None, 0));
+    .map_or((None, 0), |(n, pieces)| (n, pieces.count));
     let once = pieces == 1;
     match (empty, exact) {
         (true, _) if declared == Some(0) => {

@@ -245,6 +245,31 @@ impl ConnState {
         self.park.store(false, Ordering::Relaxed);
     }
 
+    /// Whether an HTTP/1 request now handed over comes after a chunked body whose end
+    /// is unsure ([`BodyNotes`]). The one before may still be in flight: its body's
+    /// rest going to a backend that answered early (full duplex), the end of it (the
+    /// trailer section's frame, if any) not yet taken. Its end is waited for (the
+    /// upload keeps its own timeouts), so that this is known for sure; HTTP/1 is one
+    /// request at a time, and only such a request overlaps the next.
+    pub(crate) async fn after_unsure_end(&self) -> bool {
+        let settled = || {
+            self.unsure_end.load(Ordering::Acquire) || self.in_flight.load(Ordering::Acquire) <= 1
+        };
+        poll_fn(|cx| {
+            if settled() {
+                return Poll::Ready(());
+            }
+            self.earlier_done.register(cx.waker());
+            if settled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        self.unsure_end.load(Ordering::Acquire)
+    }
+
     /// A request was answered in full (or abandoned).
     pub fn request_finished(&self) {
         let before = self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -265,33 +290,6 @@ impl BodyNotes for ConnState {
     fn unsure_end(&self) {
         self.unsure_end.store(true, Ordering::Release);
         self.earlier_done.wake();
-    }
-}
-
-impl ConnState {
-    /// Whether an HTTP/1 request now handed over comes after a chunked body whose end
-    /// is unsure ([`BodyNotes`]). The one before may still be in flight: its body's
-    /// rest going to a backend that answered early (full duplex), the end of it (the
-    /// trailer section's frame, if any) not yet taken. Its end is waited for (the upload keeps
-    /// its own timeouts), so that this is known for sure; HTTP/1 is one request at a
-    /// time, and only such a request overlaps the next.
-    pub(crate) async fn after_unsure_end(&self) -> bool {
-        let settled = || {
-            self.unsure_end.load(Ordering::Acquire) || self.in_flight.load(Ordering::Acquire) <= 1
-        };
-        poll_fn(|cx| {
-            if settled() {
-                return Poll::Ready(());
-            }
-            self.earlier_done.register(cx.waker());
-            if settled() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
-        self.unsure_end.load(Ordering::Acquire)
     }
 }
 
