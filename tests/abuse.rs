@@ -668,6 +668,70 @@ async fn a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear() {
     assert_only_first_seen(&gear);
 }
 
+/// A chunk size of 2^52 or more (HAProxy's bound) that comes with its head: a 400 at
+/// once, and nothing reaches a gear. hyper's server would take sizes up to 2^64 - 1
+/// and wait for that many bytes, the timeout timing scanners report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_chunk_size_is_refused_at_once() {
+    let gear = Recorder::start().await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("rec", gear.addr)],
+            "[health]\nenabled = false",
+        ),
+    );
+    let head = "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for body in [
+        "10000000000000\r\nhello\r\n0\r\n\r\n",
+        "8000000000000000\r\nhello\r\n0\r\n\r\n",
+        "ffffffffffffffff;a=b\r\nhello\r\n0\r\n\r\n",
+        // Behind a first chunk read with it.
+        "5\r\nhello\r\n0ffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+    ] {
+        let _ = gear.take();
+        let request = format!("{head}{body}").into_bytes();
+        let (out, took) = raw_async(lb.proxy, request, Duration::from_secs(5)).await;
+        assert_eq!(status_of(&out), 400, "{body:?}: {out:?}");
+        assert!(took < Duration::from_secs(4), "{body:?}: left open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (bytes, _) = gear.take();
+        assert!(bytes.is_empty(), "{body:?}: forwarded {bytes:?}");
+    }
+    // Leading zeros are no size: such a request goes through whole.
+    let _ = gear.take();
+    let request = b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n00000000000000000005\r\nhello\r\n0\r\n\r\n".to_vec();
+    let (out, _) = raw_async(lb.proxy, request, Duration::from_secs(2)).await;
+    assert_eq!(status_of(&out), 200, "{out:?}");
+    let (_, seen) = gear.take();
+    assert!(seen.len() == 1 && seen[0].complete, "{seen:?}");
+
+    // A client that sends its whole upload before it reads (as most do) can send it
+    // all and then reads the answer: the rest is read and dropped (the lingering
+    // close), not met with a reset that cuts its writes.
+    let addr = lb.proxy;
+    let (sent, out) = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // Far more than the socket buffers on both sides hold.
+        let mut upload = format!("{head}8000000000000000\r\n").into_bytes();
+        upload.resize(upload.len() + (32 << 20), b'a');
+        let sent = s.write_all(&upload).map_err(|e| e.to_string());
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        (sent, String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, Ok(()), "the upload was cut");
+    assert_eq!(status_of(&out), 400, "{out:?}");
+    let (bytes, _) = gear.take();
+    assert!(bytes.is_empty(), "forwarded {} bytes", bytes.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_methods_targets_and_heads_get_4xx_and_reach_no_gear() {
     let gear = Recorder::start().await;

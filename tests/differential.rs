@@ -1,10 +1,11 @@
-//! Request smuggling and response splitting beside HAProxy 2.6: the ~660 cases of
+//! Request smuggling and response splitting beside HAProxy 2.6: the ~690 cases of
 //! `tests/support/differential_cases.py` go through gearlb and through Debian's HAProxy,
 //! each in front of a recording backend, and `tests/support/differential.py` checks that
 //! every byte gearlb passed on to a backend or to a client parses strictly (RFC 9112), that
 //! no backend's unasked-for answer reaches a client as a response, and that gearlb's
-//! backend never receives a request HAProxy's did not (but for the differences the script
-//! lists with the reason they are safe). Traffic to 127.0.0.1 only.
+//! backend never receives a request HAProxy's did not, nor gearlb waits for more bytes
+//! where HAProxy answered (but for the differences the script lists with the reason they
+//! are safe). Traffic to 127.0.0.1 only.
 
 mod support;
 

@@ -9,12 +9,14 @@
 //! settings (`http::Request` built from the same parse, `Sticky::take`,
 //! `prepare_request`, `encode_request_head`). A head `http` would refuse (a name or value
 //! it does not take) must not be taken by the byte path either: the builder's refusal
-//! fails the oracle.
+//! fails the oracle. `forward::framing::oversized_chunk` (a chunked request refused for
+//! a chunk size in the bytes read with its head) never panics and finds only heads the
+//! byte path does not take.
 #![no_main]
 
 use bytes::BytesMut;
 use gearlb::proxy::forward::head::{read, write_upstream, Read, Rewrite, LANE_FIELDS};
-use gearlb::proxy::forward::{prepare_request, ClientInfo};
+use gearlb::proxy::forward::{framing, prepare_request, ClientInfo};
 use gearlb::proxy::h1;
 use gearlb_core::config::ForwardedHeaders;
 use gearlb_core::routing::sticky::Sticky;
@@ -71,6 +73,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let credential = "gearlb-gossip-auth";
     let bytes = input.bytes;
+    if framing::oversized_chunk(bytes).is_some() {
+        // Refused for its chunk size: a chunked head, which the byte path never takes.
+        let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
+        assert!(!matches!(read(bytes, &mut s, credential, LIMIT), Read::Head(_)));
+    }
     let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
     let Read::Head(h) = read(bytes, &mut slots, credential, LIMIT) else {
         return;

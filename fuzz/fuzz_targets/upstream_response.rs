@@ -192,5 +192,22 @@ fuzz_target!(|input: Input| {
                 break;
             }
         }
+        // The walk for an oversized chunk size (`h1::oversized_size`, on a request's
+        // bytes at hand before hyper reads them): it finds one only in a body the
+        // decoder refuses, and, once found, in every longer read of it.
+        let mut found = false;
+        let mut end: usize = 0;
+        for step in steps.iter().cycle() {
+            end = end.saturating_add(*step).min(input.bytes.len());
+            let now = h1::oversized_size(&input.bytes[..end]);
+            assert!(!found || now, "found at a shorter read only");
+            if now {
+                assert!(whole.is_err(), "an oversized size in a body the decoder takes");
+            }
+            found = now;
+            if end == input.bytes.len() {
+                break;
+            }
+        }
     }
 });

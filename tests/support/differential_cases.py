@@ -742,3 +742,25 @@ rx_case("te-trailing-comma-h10-client", [H10R, C2],
         {"/r": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n" + CHB + P + CLOSE})
 rx_case("pipe-te-trailing-comma", [R + C2], {"/r": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, \r\n\r\n" + CHB + P})
 rx("103-cl-conflict", EH + b"Content-Length: 2\r\nContent-Length: 8\r\n\r\n" + OK2)
+
+# ======================================================================================
+# Timing scanners (smugchunks, Burp's chunk-extension scan) send these and call a
+# timeout a finding: the four funky-chunks shapes, each with every ambiguous terminator.
+SCAN_TAIL = b"0\r\n\r\n"
+for shape, template, terms in [
+    ("term-ext", b"2;{t}XX\r\n10\r\n1f\r\nAAAABBBBCCCC\r\n0\r\n\r\nDDDDEEEEFFFF\r\n" + SCAN_TAIL,
+     [b"\n", b"\r", b"\rX", b"\r\r"]),
+    ("ext-term", b"2;{t}XX\r\n22\r\nc\r\nAAAABBBBCCCC\r\n0\r\n\r\nDDDDEEEEFFFF\r\n" + SCAN_TAIL,
+     [b"\n", b"\r", b"\rX", b"\r\r"]),
+    ("term-spill", b"5\r\nAAAAA{t}c\r\n17\r\nAAAABBBB\r\n0\r\n\r\nCCCCDDDD\r\n" + SCAN_TAIL,
+     [b"\n", b"\r", b"", b"XX", b"\rX", b"\r\r"]),
+    ("spill-term", b"5\r\nAAAAA{t}1a\r\n8\r\nAAAABBBB\r\n0\r\n\r\nCCCCDDDD\r\n" + SCAN_TAIL,
+     [b"\n", b"\r", b"", b"XX", b"\rX", b"\r\r"]),
+]:
+    for t in terms:
+        label = t.replace(b"\r", b"cr").replace(b"\n", b"lf").decode() or "none"
+        post(f"scan-{shape}-{label}", TE, template.replace(b"{t}", t))
+# Oversized chunk sizes: a parser that takes them waits for bytes that never come.
+for n, size in [("scan-size-2pow63", b"8000000000000000"), ("scan-size-2pow56", b"100000000000000"),
+                ("scan-size-2pow40", b"10000000000"), ("scan-size-17-digits", b"fffffffffffffffff")]:
+    post(n, TE, size + b"\r\nhello\r\n0\r\n\r\n")

@@ -149,6 +149,18 @@ async fn forward(
     Ok((answer, status, last))
 }
 
+/// A `400` for a request refused from its head's bytes and what came with them
+/// ([`forward::framing::oversized_chunk`](super::forward::framing::oversized_chunk)),
+/// counted and logged as any refused request; the connection closes after it.
+pub(crate) fn refuse(conn: &ConnState, method: &Method, path: &str, why: &'static str) -> Answer {
+    let settings = conn.ctx.settings.load();
+    let log = LogLine::wanted(&settings, method, path);
+    let e = ForwardError::Refused(http::StatusCode::BAD_REQUEST, why);
+    let resp = failed(conn, &e, &None);
+    answered(conn, &settings, 400, &None, log);
+    local(resp, false, true)
+}
+
 /// A response the balancer makes itself, written as hyper would.
 fn local(resp: http::Response<ProxyBody>, head_request: bool, close: bool) -> Answer {
     let (parts, body) = resp.into_parts();

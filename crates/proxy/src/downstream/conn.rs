@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::lane::{self, LaneEnd};
-use super::linger::{linger, LINGER_READ, LINGER_TOTAL};
+use super::linger;
 use super::parking::{Handback, ParkedGauge, PARK_AFTER_MS};
 use super::protocol::{detect, h2_settings, Detected};
 use super::socket::ClientIo;
@@ -315,20 +315,9 @@ async fn serve_http(
             .and_then(Arc::get_mut)
             .and_then(OnceLock::take)
         {
-            Some((mut stream, Handback::Closed)) if state.last_had_body.load(Ordering::Relaxed) => {
+            Some((stream, Handback::Closed)) if state.last_had_body.load(Ordering::Relaxed) => {
                 // Boxed: the connection's own future stays small.
-                let thrown = tokio::select! {
-                    n = Box::pin(linger(&mut stream, LINGER_READ, LINGER_TOTAL)) => n,
-                    _ = shutdown.cancelled() => 0,
-                };
-                if thrown > 0 {
-                    ctx.stats
-                        .traffic
-                        .received
-                        .fetch_add(thrown, Ordering::Relaxed);
-                    debug!(client = %state.client.peer, bytes = thrown, "lingering close: the rest of an upload read and dropped");
-                }
-                return;
+                return Box::pin(linger::close(stream, &state, &shutdown)).await;
             }
             Some((stream, Handback::Parked)) if !stopping => {
                 parked = Some(stream);

@@ -6,7 +6,9 @@
 //! Everything the byte path does not take (a body, an upgrade, `Expect`, HTTP/1.0,
 //! HTTP/2's preface, a malformed or oversized head) goes to hyper's server with the
 //! bytes read so far ([`LaneEnd::Hyper`]), which serves the rest of the connection; a
-//! connection that parks comes back here when its next bytes arrive. The connection's
+//! connection that parks comes back here when its next bytes arrive. A chunked request
+//! whose first bytes name a chunk size hyper would wait for is refused here instead
+//! ([`oversized_chunk`]: a 400, then the lingering close). The connection's
 //! watchdog ([`super::conn`]) keeps its timeouts as for hyper's: it looks at the same
 //! atomics, and drops this future to close.
 //!
@@ -29,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::socket::ClientIo;
 use crate::direct::{self, Answer};
+use crate::forward::framing::oversized_chunk;
 use crate::forward::head::{read, Read, LANE_FIELDS};
 use crate::h1::{self, Framing};
 use crate::session::{ConnState, FrontendRequest};
@@ -70,14 +73,18 @@ pub(super) async fn serve(
         let step = {
             let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
             match read(&buf, &mut slots, credential, max_head) {
-                Read::Other => None,
+                Read::Other => oversized_chunk(&buf).map(|(method, path)| {
+                    let frontend = FrontendRequest::start(&state, false);
+                    let answer = direct::refuse(&state, &method, path, "chunk size too large");
+                    Some((buf.len(), answer, frontend, true))
+                }),
                 Read::Partial => Some(None),
                 Read::Head(h) => {
                     let frontend = FrontendRequest::start(&state, false);
                     let wait = state.wait.clone();
                     let serving = direct::serve(&state, &h, &wait, &stop);
                     let answer = with_interims(&mut io, &state, serving).await;
-                    Some(Some((h.len, answer, frontend)))
+                    Some(Some((h.len, answer, frontend, false)))
                 }
             }
         };
@@ -93,7 +100,7 @@ pub(super) async fn serve(
                 }
                 Fill::End => return LaneEnd::Closed,
             },
-            Some(Some((len, answer, frontend))) => {
+            Some(Some((len, answer, frontend, refused))) => {
                 buf.advance(len);
                 let close = answer.close;
                 if write_answer(&mut io, answer, frontend).await.is_err() {
@@ -101,6 +108,11 @@ pub(super) async fn serve(
                 }
                 if close {
                     let _ = io.shutdown().await;
+                    if let (true, Some(s)) = (refused, io.into_inner()) {
+                        // Refused before its body was read: the rest of the upload is
+                        // read and dropped.
+                        super::linger::close(s, &state, &stop).await;
+                    }
                     return LaneEnd::Closed;
                 }
             }

@@ -10,15 +10,36 @@
 //! closes, or is silent for [`LINGER_READ`], or [`LINGER_TOTAL`] passed, or the balancer
 //! stops. TLS and HTTP/2 connections close at once.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::AsyncRead;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::session::ConnState;
 
 /// Lingering close: the longest wait for the client's next bytes, and for all of them
 /// (nginx's `lingering_timeout` and `lingering_time`).
 pub(super) const LINGER_READ: Duration = Duration::from_secs(5);
 pub(super) const LINGER_TOTAL: Duration = Duration::from_secs(30);
+
+/// The lingering close of a client connection whose write side is shut: the rest of
+/// the upload read and thrown away ([`linger`]; counted as received), until the stop at
+/// the latest; the socket is closed when dropped.
+pub(super) async fn close(mut stream: TcpStream, state: &ConnState, stop: &CancellationToken) {
+    let thrown = tokio::select! {
+        n = linger(&mut stream, LINGER_READ, LINGER_TOTAL) => n,
+        _ = stop.cancelled() => 0,
+    };
+    if thrown > 0 {
+        let received = &state.ctx.stats.traffic.received;
+        received.fetch_add(thrown, Ordering::Relaxed);
+        debug!(client = %state.client.peer, bytes = thrown, "lingering close: the rest of an upload read and dropped");
+    }
+}
 
 /// Read and throw away what the peer still sends, until it closes, is silent for
 /// `read_wait`, or `total` passed (the lingering close, see the module docs). Returns

@@ -38,6 +38,33 @@ pub fn transfer_codings<'a>(
     Ok((!others.is_empty()).then(|| value(others)))
 }
 
+/// The method and target of a chunked HTTP/1 request head at the start of `buf` when
+/// the body bytes read with it name a chunk size the balancer refuses (2^52 or more,
+/// [`h1::oversized_size`]). hyper's server, which reads such a body, takes sizes up to
+/// 2^64 − 1 and would wait for that many bytes, where HAProxy answers 400; a client
+/// that sent one gets a 400 at once, before anything is forwarded. A size in a later
+/// read is still hyper's to take (the client then waits for its timeout, and the bytes
+/// behind the size travel as data: nothing is smuggled).
+pub fn oversized_chunk(buf: &[u8]) -> Option<(http::Method, &str)> {
+    let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut slots);
+    let Ok(httparse::Status::Complete(len)) = r.parse(buf) else {
+        return None;
+    };
+    let chunked = r
+        .headers
+        .iter()
+        .filter(|f| f.name.eq_ignore_ascii_case("transfer-encoding"))
+        .flat_map(|f| h1::tokens(f.value))
+        .rfind(|t| !t.is_empty())
+        .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+    if !chunked || !h1::oversized_size(&buf[len..]) {
+        return None;
+    }
+    let method = http::Method::from_bytes(r.method?.as_bytes()).ok()?;
+    Some((method, r.path?))
+}
+
 /// Why a client request must be refused before it reaches a backend, and with which
 /// status: framing or target information that the balancer and a backend (or the proxy
 /// in front) could read differently. hyper already refuses malformed heads, invalid

@@ -6,6 +6,46 @@ use http::header::{HeaderMap, HeaderValue};
 use http::Version;
 
 #[test]
+fn an_oversized_chunk_is_found_behind_a_chunked_head_only() {
+    let big = "8000000000000000\r\nhello";
+    let with = |head: &str| format!("{head}\r\n{big}");
+    let found = |raw: String| {
+        framing::oversized_chunk(raw.as_bytes()).map(|(m, p)| (m.to_string(), p.to_string()))
+    };
+    assert_eq!(
+        found(with(
+            "POST /a?b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        )),
+        Some(("POST".into(), "/a?b".into()))
+    );
+    assert!(found(with(
+        "PUT / HTTP/1.1\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: CHUNKED,\r\n"
+    ))
+    .is_some());
+    for head in [
+        // Not chunked: the bytes after the head are no chunk.
+        "POST / HTTP/1.1\r\nContent-Length: 21\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\n",
+    ] {
+        assert_eq!(found(with(head)), None, "{head:?}");
+    }
+    // A head not yet whole, or one httparse cannot read: hyper decides.
+    assert_eq!(
+        found("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n".into()),
+        None
+    );
+    assert_eq!(
+        found(with("POST / HTTP/1.1\r\nTransfer-Encoding chunked\r\n")),
+        None
+    );
+    assert_eq!(
+        found("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".into()),
+        None
+    );
+}
+
+#[test]
 fn ambiguous_requests_are_refused() {
     let parts = |raw: &[(&str, &str)], uri: &str, method: &str, v: Version| {
         let mut b = http::Request::builder().method(method).uri(uri).version(v);

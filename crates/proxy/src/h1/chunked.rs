@@ -9,6 +9,9 @@ use super::write::allowed_trailers;
 
 /// Longest chunk-size line (with extensions), and most trailer bytes, accepted.
 pub(super) const MAX_CHUNK_LINE: usize = 4096;
+/// Most significant hex digits in a chunk size: 13, sizes below 2^52 (HAProxy's bound;
+/// no gear holding numbers as doubles can misread one), leading zeros aside.
+const MAX_SIZE_DIGITS: usize = 13;
 const MAX_TRAILERS: usize = 64 * 1024;
 
 /// Decodes a chunked body out of a read buffer (RFC 9112 §7.1). Chunk extensions are
@@ -171,6 +174,50 @@ pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
     }
 }
 
+/// Whether the start of a chunked body (`buf`, the bytes at hand from the body's first
+/// byte) names a chunk size of more than [`MAX_SIZE_DIGITS`] significant digits, in any
+/// chunk-size line it holds whole. The walk follows the sizes it reads and stops,
+/// finding nothing, at the last chunk, at the end of `buf`, or at a line it cannot read
+/// (whoever decodes the body refuses that one).
+pub fn oversized_size(mut buf: &[u8]) -> bool {
+    loop {
+        let Some(i) = buf
+            .iter()
+            .take(MAX_CHUNK_LINE + 2)
+            .position(|&b| b == b'\n')
+        else {
+            return false;
+        };
+        let digits = buf[..i]
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        let Some(size) = size_of_digits(&buf[..digits]) else {
+            return true;
+        };
+        let next = usize::try_from(size)
+            .ok()
+            .filter(|&n| n > 0 && digits > 0)
+            .and_then(|n| n.checked_add(i + 3));
+        match next {
+            Some(n) if n <= buf.len() => buf = &buf[n..],
+            _ => return false,
+        }
+    }
+}
+
+/// The value of a chunk size's hex digits, `None` beyond [`MAX_SIZE_DIGITS`]
+/// significant ones.
+fn size_of_digits(digits: &[u8]) -> Option<u64> {
+    let significant = &digits[digits.iter().take_while(|&&b| b == b'0').count()..];
+    if significant.len() > MAX_SIZE_DIGITS {
+        return None;
+    }
+    Some(significant.iter().fold(0, |n, &b| {
+        (n << 4) | u64::from(char::from(b).to_digit(16).unwrap_or(0))
+    }))
+}
+
 /// A CRLF-terminated line out of `buf` (without the CRLF), if complete.
 fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseError> {
     match buf.iter().take(max + 2).position(|&b| b == b'\n') {
@@ -193,9 +240,8 @@ fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
     if digits == 0 {
         return Err(ParseError::Chunked("no chunk size"));
     }
-    if digits > 15 {
-        return Err(ParseError::Chunked("chunk size too large"));
-    }
+    let size =
+        size_of_digits(&line[..digits]).ok_or(ParseError::Chunked("chunk size too large"))?;
     // Whitespace (BWS: SP, HTAB) before an extension; no control byte in one (a bare CR
     // or a form feed ends a line for some parsers: RFC 9112 §7.1.1 has none there).
     let rest = &line[digits..];
@@ -209,6 +255,5 @@ fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
     if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         return Err(ParseError::Chunked("control byte in a chunk extension"));
     }
-    let hex = std::str::from_utf8(&line[..digits]).map_err(|_| ParseError::Chunked("size"))?;
-    u64::from_str_radix(hex, 16).map_err(|_| ParseError::Chunked("invalid chunk size"))
+    Ok(size)
 }

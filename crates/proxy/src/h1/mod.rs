@@ -20,7 +20,7 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-pub use chunked::{check_start, Chunked, Step};
+pub use chunked::{check_start, oversized_size, Chunked, Step};
 pub use reply::{declared_trailers, write_local, write_reply, Framing, Reply, SetCookie};
 pub use response::{
     is_tchar, is_text, parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD, MAX_HEADERS,

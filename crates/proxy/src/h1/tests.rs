@@ -366,6 +366,46 @@ fn malformed_chunked_bodies_are_errors() {
 }
 
 #[test]
+fn chunk_sizes_stop_below_2_pow_52_and_leading_zeros_count_for_nothing() {
+    // 13 significant digits, however padded, is a size; 14 is not (HAProxy's bound).
+    for good in [
+        &b"fffffffffffff\r\n"[..],
+        b"0000000000000000000fffffffffffff\r\n",
+    ] {
+        assert!(decode_in_steps(good, 64).is_ok(), "{good:?} refused");
+    }
+    let (data, ended, _) = decode_in_steps(b"0000000000000000003\r\nabc\r\n0\r\n\r\n", 64).unwrap();
+    assert_eq!((data.as_slice(), ended), (&b"abc"[..], true));
+    for bad in [&b"10000000000000\r\n"[..], b"0ffffffffffffffff\r\n"] {
+        assert!(decode_in_steps(bad, 64).is_err(), "{bad:?} accepted");
+    }
+}
+
+#[test]
+fn an_oversized_size_is_found_in_any_chunk_line_at_hand() {
+    for (body, oversized) in [
+        (&b""[..], false),
+        (b"5\r\nhello\r\n0\r\n\r\n", false),
+        (b"fffffffffffff\r\nhello", false),
+        (b"000000000000000000005\r\nhello\r\n", false),
+        (b"10000000000000\r\n", true),
+        (b"ffffffffffffffff;x=y\r\n", true),
+        (b"0ffffffffffffffff\r\n", true),
+        // Further on, behind whole chunks.
+        (b"5\r\nhello\r\n3\r\nabc\r\n8000000000000000\r\n", true),
+        // The walk stops where it cannot follow: a line without its LF yet, a line it
+        // cannot read, the last chunk, a chunk not whole.
+        (b"800000000000000", false),
+        (b"x\r\n8000000000000000\r\n", false),
+        (b"0\r\n8000000000000000\r\n", false),
+        (b"5\r\nhel", false),
+        (b"5\r\nhello\r", false),
+    ] {
+        assert_eq!(oversized_size(body), oversized, "{body:?}");
+    }
+}
+
+#[test]
 fn a_chunked_body_is_checked_as_far_as_its_first_chunk() {
     // Whole or cut short anywhere, a good start passes: the rest is the decoder's.
     let good = b"5;x=\"y\"\r\nhello\r\nzz\r\n";
