@@ -1334,6 +1334,68 @@ async fn an_http_1_0_response_with_transfer_encoding_closes_its_connection() {
     );
 }
 
+/// An HTTP/1.0 client has no chunked coding: a body of unknown length reaches it ended
+/// by the close, and its head says so (`Connection: close`), even to a client that asked
+/// to keep the connection alive. A body with a length, or none, keeps the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_client_is_told_the_close_ends_its_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gear = Scripted::start(|seen| {
+        if seen.head.starts_with("GET /chunked ") {
+            Reply::after(
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
+            )
+        } else if seen.head.starts_with("HEAD ") {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"[..])
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..])
+        }
+    })
+    .await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr, "");
+    let ka = "Host: x\r\nConnection: keep-alive\r\n\r\n";
+    // Each answered, then one more request on the same connection where it stays open.
+    for (first, body, stays) in [
+        ("GET /chunked", "ok", false),
+        ("GET /length", "ok", true),
+        ("HEAD /chunked", "", true),
+    ] {
+        let request = format!("{first} HTTP/1.0\r\n{ka}");
+        let mut s = tokio::net::TcpStream::connect(lb.proxy).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let end = read_head(&mut s, &mut buf).await.unwrap();
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.0 200"), "{first}: {head}");
+        assert_eq!(
+            head.contains("connection: close"),
+            !stays,
+            "{first}: {head}"
+        );
+        assert_eq!(
+            head.contains("connection: keep-alive"),
+            stays,
+            "{first}: {head}"
+        );
+        if stays {
+            s.write_all(b"GET /length HTTP/1.0\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+        }
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+            .await
+            .expect("the connection was left open")
+            .unwrap();
+        let rest =
+            String::from_utf8_lossy(&buf[end + 4..].iter().chain(&rest).copied().collect::<Vec<u8>>())
+                .into_owned();
+        assert!(rest.starts_with(body), "{first}: {rest:?}");
+        assert_eq!(rest.contains("HTTP/1.0 200"), stays, "{first}: {rest:?}");
+    }
+}
+
 /// An HTTP/1.0 request without Host goes on as HTTP/1.1, which needs one: empty, as RFC
 /// 9112 §3.2 says for a target without authority. `Content-Length: 3, 3` is one length
 /// written twice: each side gets it once.

@@ -52,16 +52,27 @@ pub(super) async fn handle(
     let settings = conn.ctx.settings.load_full();
     let log = LogLine::wanted(&settings, req.method(), req.uri().path());
     let http1 = req.version() != http::Version::HTTP_2;
+    let http10 = req.version() == http::Version::HTTP_10;
+    let head = req.method() == Method::HEAD;
     let (mut resp, backend) = match forward(conn, &settings, req, &wait).await {
         Ok((resp, backend)) => (resp, backend),
         Err((e, backend)) => (failed(conn, &e, &backend), backend),
     };
-    if http1
-        && resp.status() != StatusCode::SWITCHING_PROTOCOLS
-        && conn.unsure_end.load(Ordering::Acquire)
-    {
-        // A chunked body whose end is unsure: nothing after it on this connection is
-        // trusted to be framed as the client meant (see `upstream::BodyNotes`).
+    let status = resp.status();
+    // A chunked body whose end is unsure: nothing after it on this connection is
+    // trusted to be framed as the client meant (see `upstream::BodyNotes`).
+    let unsure = http1
+        && status != StatusCode::SWITCHING_PROTOCOLS
+        && conn.unsure_end.load(Ordering::Acquire);
+    // A body of unknown length to an HTTP/1.0 client, which has no chunked coding, ends
+    // with the connection: said in the head (hyper would write `keep-alive` there).
+    let ends_with_close = http10
+        && !head
+        && !(status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED)
+        && resp.body().size_hint().exact().is_none();
+    if unsure || ends_with_close {
         resp.headers_mut().insert(
             header::CONNECTION,
             header::HeaderValue::from_static("close"),
