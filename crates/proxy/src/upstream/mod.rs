@@ -51,6 +51,8 @@
 //! | `Content-Length` with leading zeros | passed on as the number | `h1::a_length_with_leading_zeros_goes_on_as_a_number_and_one_past_i64_is_refused` |
 //! | neither | read to the close (§6.3 ¶8), never reused | `u::chunked_close_delimited_and_closing_responses` |
 //! | HTTP/1.0 with `Transfer-Encoding` | framing faulty: closed after it, whatever `Connection` says (§6.1) | `an_http_1_0_response_with_transfer_encoding_closes_its_connection` |
+//! | a body of unknown length (chunked, or to the close) for an HTTP/1.0 client | ended by the close, which its head says (`Connection: close`, also to a client that asked for `keep-alive`) | `an_http_1_0_client_is_told_the_close_ends_its_body` |
+//! | a chunk size of 2^52 or more (14 significant hex digits; leading zeros count for nothing) | `502`, as HAProxy (a client's: `400` at once when it comes with the head) | `h1::chunk_sizes_stop_below_2_pow_52_and_leading_zeros_count_for_nothing`, `abuse::an_oversized_chunk_size_is_refused_at_once` |
 //! | a head larger than 256 KiB, 100 fields, or not HTTP | `502`, connection closed | `h1::partial_heads_wait_and_bad_ones_are_errors` |
 //! | chunks malformed before the first one is whole, in the bytes that came with the head | `502` (as HAProxy answers), connection closed; the client's connection goes on | `h1::a_chunked_body_is_checked_as_far_as_its_first_chunk`, `byte_path::a_chunked_body_broken_at_its_start_is_a_502_and_the_connection_goes_on` |
 //! | a body cut short, or chunks malformed further on | the client gets the body as far as it went, then a cut (no last chunk, a short length; §8: incomplete); connection closed | `a_cut_or_malformed_response_body_reaches_the_client_as_far_as_it_went`, `h1::malformed_chunked_bodies_are_errors` |
