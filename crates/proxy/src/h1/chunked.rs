@@ -175,7 +175,7 @@ pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
 }
 
 /// Whether the start of a chunked body (`buf`, the bytes at hand from the body's first
-/// byte) names a chunk size of more than [`MAX_SIZE_DIGITS`] significant digits, in any
+/// byte) names a chunk size of more than 13 significant hex digits (2^52 or more), in any
 /// chunk-size line it holds whole. The walk follows the sizes it reads and stops,
 /// finding nothing, at the last chunk, at the end of `buf`, or at a line it cannot read
 /// (whoever decodes the body refuses that one).

@@ -38,7 +38,7 @@ pub enum BodyLen {
 /// A parsed response head, kept as the bytes it came in: the fields are spans of
 /// them, and a `HeaderMap` is built only for the paths that need one (HTTP/2 clients,
 /// hyper's HTTP/1 server); an HTTP/1 client's head is written from the spans
-/// ([`super::reply`]).
+/// (`h1::reply`).
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
