@@ -1,4 +1,4 @@
-//! Request smuggling and response splitting beside HAProxy 2.6: the ~690 cases of
+//! Request smuggling and response splitting beside HAProxy 2.6: the ~740 cases of
 //! `tests/support/differential_cases.py` go through gearlb and through Debian's HAProxy,
 //! each in front of a recording backend, and `tests/support/differential.py` checks that
 //! every byte gearlb passed on to a backend or to a client parses strictly (RFC 9112), that

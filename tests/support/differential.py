@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Request smuggling and response splitting, differential: gearlb beside HAProxy.
 
-Each case is raw bytes a client sends on one connection (request side), or a raw answer a
-backend gives (response side). The same case goes through gearlb and through HAProxy, each
+Each case is raw bytes a client sends on one connection (request side: HTTP/1, or HTTP/2
+frames built by hand for the downgrade cases), or a raw answer a backend gives (response
+side). The same case goes through gearlb and through HAProxy, each
 in front of a recording backend of its own, and this script checks what gearlb passed on:
 
   upstream   every byte gearlb wrote to a backend parses strictly (RFC 9112: CRLF only, no
              obs-fold, token names, no control bytes, one unambiguous length, chunks well
              formed). A message cut short is allowed only on a connection gearlb then closed.
-  client     every response gearlb wrote to the client parses strictly the same way, and
-             no backend's extra bytes (a second, unasked-for response) reach the client as a
-             response.
+  client     every response gearlb wrote to an HTTP/1 client parses strictly the same
+             way, and no backend's extra bytes (a second, unasked-for response) reach the
+             client as a response.
   haproxy    gearlb's backend never receives a request that HAProxy's did not, except the
              differences listed in ACCEPTED with the reason they are safe; and gearlb never
              waits for more bytes where HAProxy answered or closed (a timing scanner's
@@ -526,6 +527,69 @@ def targets(conns):
     return seen
 
 
+# The HPACK Huffman codes of the ten digits (RFC 7541 Appendix B): enough to read a
+# `:status` a server sends Huffman-coded.
+HUFFMAN_DIGITS = {"00000": "0", "00001": "1", "00010": "2", "011001": "3", "011010": "4",
+                  "011011": "5", "011100": "6", "011101": "7", "011110": "8", "011111": "9"}
+# `:status` values in HPACK's static table (RFC 7541 Appendix A).
+STATIC_STATUS = {8: "200", 9: "204", 10: "206", 11: "304", 12: "400", 13: "404", 14: "500"}
+
+
+def h2_status(block):
+    """The `:status` at the start of a response's header block, or "?"."""
+    if not block:
+        return "?"
+    b = block[0]
+    if b & 0x80:
+        return STATIC_STATUS.get(b & 0x7F, "?")
+    index = b & (0x3F if b & 0x40 else 0x0F)
+    if index not in STATIC_STATUS or len(block) < 2:
+        return "?"
+    n = block[1] & 0x7F
+    value = block[2:2 + n]
+    if not block[1] & 0x80:
+        return value.decode("latin1")
+    bits = "".join(f"{c:08b}" for c in value)
+    out, code = "", ""
+    for bit in bits:
+        code += bit
+        if code in HUFFMAN_DIGITS:
+            out += HUFFMAN_DIGITS[code]
+            code = ""
+    return out if len(out) == 3 else "?"
+
+
+def h2_answers(out):
+    """What an HTTP/2 server sent on stream 1: each response's status, `RST` for a reset,
+    `GOAWAY` (after the client preface, which is skipped)."""
+    seen, pos = [], 0
+    while pos + 9 <= len(out):
+        n = int.from_bytes(out[pos:pos + 3], "big")
+        kind, stream = out[pos + 3], int.from_bytes(out[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+        payload = out[pos + 9:pos + 9 + n]
+        if kind == 1 and stream == 1:
+            flags = out[pos + 4]
+            if flags & 0x8:  # PADDED
+                payload = payload[1:len(payload) - payload[0]]
+            if flags & 0x20:  # PRIORITY
+                payload = payload[5:]
+            seen.append(h2_status(payload))
+        elif kind == 3 and stream == 1:
+            seen.append("RST")
+        elif kind == 7:
+            seen.append("GOAWAY")
+        pos += 9 + n
+    return seen
+
+
+def answers(case, out):
+    return h2_answers(out) if is_h2(case) else statuses(out)
+
+
+def is_h2(case):
+    return case.sends[0].startswith(cases.H2_PREFACE)
+
+
 def final_answers(out):
     return [s for s in statuses(out) if not s.startswith("1")]
 
@@ -544,6 +608,27 @@ def check(case, res):
                 findings.append("upstream: a message left incomplete on an open connection")
         except Strict as e:
             findings.append(f"upstream: {e}")
+    if not is_h2(case):
+        # (To an HTTP/2 client, what reaches the backend is what is checked.)
+        findings += client_findings(case, g_out, g_closed)
+    if "haproxy" in res:
+        # A timing scanner's finding: gearlb still waits for bytes where HAProxy has
+        # answered or closed.
+        h_out, h_closed, _ = res["haproxy"]
+        answered = h_closed or final_answers(h_out)
+        if answered and not is_h2(case) and not g_closed and not final_answers(g_out):
+            if case.name not in WAITS:
+                findings.append("client: gearlb waits for more where HAProxy answered")
+        h_targets = targets(res["haproxy"][2])
+        extra = [t for t in targets(g_conns) if t != "(incomplete)" and t not in h_targets]
+        if extra and case.name not in ACCEPTED:
+            findings.append(f"haproxy: gearlb forwarded {extra}, HAProxy did not")
+    return findings
+
+
+def client_findings(case, g_out, g_closed):
+    """What is wrong with the HTTP/1 bytes gearlb wrote to the client."""
+    findings = []
     try:
         msgs, _ = strict_messages(g_out, False, g_closed, requested_methods(case.sends))
         # The backend's second, unasked-for answer must never be a response of its own
@@ -556,17 +641,6 @@ def check(case, res):
             findings.append("client: more responses than requests")
     except Strict as e:
         findings.append(f"client: {e}")
-    if "haproxy" in res:
-        # A timing scanner's finding: gearlb still waits for bytes where HAProxy has
-        # answered or closed.
-        h_out, h_closed, _ = res["haproxy"]
-        if (h_closed or final_answers(h_out)) and not g_closed and not final_answers(g_out):
-            if case.name not in WAITS:
-                findings.append("client: gearlb waits for more where HAProxy answered")
-        h_targets = targets(res["haproxy"][2])
-        extra = [t for t in targets(g_conns) if t != "(incomplete)" and t not in h_targets]
-        if extra and case.name not in ACCEPTED:
-            findings.append(f"haproxy: gearlb forwarded {extra}, HAProxy did not")
     return findings
 
 
@@ -601,14 +675,18 @@ def self_test():
         sys.exit(f"self-test: the strict check accepted {raw!r}")
     if targets([(b"GET http://x/c HTTP/1.1\r\n\r\nGET /d HTTP/1.1\r\n\r\n", False)]) != ["/c", "/d"]:
         sys.exit("self-test: targets")
+    # Statuses read out of HTTP/2 header blocks: indexed, literal, Huffman-coded.
+    for block, status in [(b"\x88", "200"), (b"\x08\x03502", "502"), (b"\x48\x82\x6c\x02", "502")]:
+        if h2_status(block) != status:
+            sys.exit(f"self-test: h2_status({block!r})")
 
 
 def report(case, res, verbose):
     """The case's lines, and whether it has findings."""
     findings = check(case, res)
-    line = f"{case.name:28s} gearlb {statuses(res['gearlb'][0])} -> {targets(res['gearlb'][2])}"
+    line = f"{case.name:28s} gearlb {answers(case, res['gearlb'][0])} -> {targets(res['gearlb'][2])}"
     if "haproxy" in res:
-        line += f"  haproxy {statuses(res['haproxy'][0])} -> {targets(res['haproxy'][2])}"
+        line += f"  haproxy {answers(case, res['haproxy'][0])} -> {targets(res['haproxy'][2])}"
     lines = [("FAIL " if findings else "ok   ") + line]
     lines += ["     " + f for f in findings]
     if case.name in ACCEPTED and verbose:

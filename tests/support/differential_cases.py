@@ -2,8 +2,8 @@
 a backend answers (response side). Collected from the request smuggling literature
 (CL.TE, TE.CL, TE.TE obfuscations and smuggler.py's permutations; chunk-size,
 chunk-extension and trailer tricks; request-line and field-syntax oddities; upgrades
-and Expect) and from response splitting (two answers to one request, conflicting
-lengths, 1xx/204/304 with bodies)."""
+and Expect; timing scanners' payloads; HTTP/2 downgrades) and from response splitting
+(two answers to one request, conflicting lengths, 1xx/204/304 with bodies)."""
 from collections import namedtuple
 
 Case = namedtuple("Case", "name sends answers")
@@ -764,3 +764,109 @@ for shape, template, terms in [
 for n, size in [("scan-size-2pow63", b"8000000000000000"), ("scan-size-2pow56", b"100000000000000"),
                 ("scan-size-2pow40", b"10000000000"), ("scan-size-17-digits", b"fffffffffffffffff")]:
     post(n, TE, size + b"\r\nhello\r\n0\r\n\r\n")
+
+# ======================================================================================
+# HTTP/2 downgrades (Kettle, "HTTP/2: the sequel is always worse"): an HTTP/2 client's
+# request (prior knowledge, cleartext) that a balancer writes as HTTP/1.1 for its backend.
+# Framing fields, CR/LF/NUL and spaces smuggled in names, values and pseudo-headers. The
+# frames are built by hand (literal HPACK fields, never Huffman, never indexed), so that
+# bytes no HTTP/2 library would send can be sent.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_int(n, bits, first=0):
+    top = (1 << bits) - 1
+    if n < top:
+        return bytes([first | n])
+    out = [first | top]
+    n -= top
+    while n >= 128:
+        out.append(n % 128 + 128)
+        n //= 128
+    return bytes(out + [n])
+
+
+def hpack_literal(name, value):
+    """A literal field line without indexing, its name a literal too (RFC 7541 6.2.2)."""
+    return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def h2(name, fields, data=None, pseudo=None, answers=None):
+    """An HTTP/2 case: the pseudo-header fields (`pseudo` replaces the default GET /c),
+    then `fields`, on stream 1; `data` as one DATA frame ending the stream."""
+    method = b"POST" if data is not None else b"GET"
+    head = pseudo if pseudo is not None else [
+        (b":method", method), (b":scheme", b"http"), (b":authority", b"x"), (b":path", b"/c")]
+    block = b"".join(hpack_literal(n, v) for n, v in head + fields)
+    frames = h2_frame(1, 0x4 | (0x1 if data is None else 0), 1, block)
+    if data is not None:
+        frames += h2_frame(0, 0x1, 1, data)
+    # The server's SETTINGS come before ours are acknowledged and the request goes.
+    sends = [H2_PREFACE + h2_frame(4, 0, 0), h2_frame(4, 0x1, 0) + frames]
+    ALL.append(Case(name, sends, answers or {}))
+
+
+PSEUDO = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", b"/c")]
+
+
+def pseudo_with(name, value):
+    return [(n, value if n == name else v) for n, v in PSEUDO]
+
+
+h2("h2-get", [])
+h2("h2-post", [(b"content-length", b"5")], b"hello")
+h2("h2-post-no-length", [], b"hello")
+# H2.CL: a length the DATA frames belie.
+h2("h2-cl-zero-smuggle", [(b"content-length", b"0")], S)
+h2("h2-cl-short-smuggle", [(b"content-length", b"5")], b"hello" + S)
+h2("h2-cl-long", [(b"content-length", b"100")], b"hello")
+h2("h2-cl-two-values", [(b"content-length", b"5"), (b"content-length", b"6")], b"hello")
+h2("h2-cl-list", [(b"content-length", b"5, 5")], b"hello")
+h2("h2-cl-plus", [(b"content-length", b"+5")], b"hello")
+# H2.TE: connection-specific fields have no place in HTTP/2 (RFC 9113 8.2.2).
+h2("h2-te-chunked-smuggle", [(b"transfer-encoding", b"chunked")], b"0\r\n\r\n" + S)
+h2("h2-te-chunked-cl", [(b"content-length", b"5"), (b"transfer-encoding", b"chunked")], b"0\r\n\r\n" + S)
+h2("h2-te-trailers", [(b"te", b"trailers")])
+h2("h2-te-gzip", [(b"te", b"gzip")])
+h2("h2-connection", [(b"connection", b"keep-alive")])
+h2("h2-keep-alive", [(b"keep-alive", b"timeout=5")])
+h2("h2-proxy-connection", [(b"proxy-connection", b"keep-alive")])
+h2("h2-upgrade", [(b"upgrade", b"websocket")])
+# Request splitting through a field value or name.
+h2("h2-crlf-value-smuggle", [(b"x", b"y\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x")])
+h2("h2-crlf-value-te", [(b"x", b"y\r\ntransfer-encoding: chunked")], b"0\r\n\r\n" + S)
+h2("h2-lf-value", [(b"x", b"y\ntransfer-encoding: chunked")], b"0\r\n\r\n" + S)
+h2("h2-cr-value", [(b"x", b"y\rz")])
+h2("h2-nul-value", [(b"x", b"y\x00z")])
+h2("h2-crlf-name", [(b"x: y\r\ntransfer-encoding", b"chunked")], b"0\r\n\r\n" + S)
+h2("h2-colon-in-name", [(b"transfer-encoding:chunked", b"x")], b"0\r\n\r\n" + S)
+h2("h2-space-in-name", [(b"transfer-encoding ", b"chunked")], b"0\r\n\r\n" + S)
+h2("h2-upper-name", [(b"Transfer-Encoding", b"chunked")], b"0\r\n\r\n" + S)
+h2("h2-empty-name", [(b"", b"x")])
+h2("h2-value-leading-space", [(b"x", b" y")])
+# Pseudo-header fields: a request line, or a second request, written through them.
+h2("h2-path-request-line", [], pseudo=pseudo_with(b":path", b"/c HTTP/1.1\r\nHost: x\r\n\r\nGET /smuggled"))
+h2("h2-path-space", [], pseudo=pseudo_with(b":path", b"/c /smuggled"))
+h2("h2-path-no-slash", [], pseudo=pseudo_with(b":path", b"c"))
+h2("h2-path-empty", [], pseudo=pseudo_with(b":path", b""))
+h2("h2-path-absolute", [], pseudo=pseudo_with(b":path", b"http://evil/c"))
+h2("h2-path-star-get", [], pseudo=pseudo_with(b":path", b"*"))
+h2("h2-method-request-line", [], pseudo=pseudo_with(b":method", b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\nGET"))
+h2("h2-method-space", [], pseudo=pseudo_with(b":method", b"GET /smuggled"))
+h2("h2-method-lower", [], pseudo=pseudo_with(b":method", b"get"))
+h2("h2-authority-crlf", [], pseudo=pseudo_with(b":authority", b"x\r\nX: y"))
+h2("h2-authority-path", [], pseudo=pseudo_with(b":authority", b"x/smuggled?"))
+h2("h2-authority-host-differ", [(b"host", b"other")])
+h2("h2-scheme-injected", [], pseudo=pseudo_with(b":scheme", b"http://evil/smuggled?"))
+h2("h2-no-path", [], pseudo=[p for p in PSEUDO if p[0] != b":path"])
+h2("h2-no-method", [], pseudo=[p for p in PSEUDO if p[0] != b":method"])
+h2("h2-two-paths", [], pseudo=PSEUDO + [(b":path", b"/smuggled")])
+h2("h2-pseudo-after-field", [(b"x", b"y"), (b":path", b"/smuggled")],
+   pseudo=[p for p in PSEUDO if p[0] != b":path"])
+h2("h2-unknown-pseudo", [], pseudo=PSEUDO + [(b":x", b"y")])
+h2("h2-connect", [], pseudo=[(b":method", b"CONNECT"), (b":authority", b"x:80")])
+h2("h2-cookie-split", [(b"cookie", b"a=1"), (b"cookie", b"b=2")])
