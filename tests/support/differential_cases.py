@@ -870,3 +870,20 @@ h2("h2-pseudo-after-field", [(b"x", b"y"), (b":path", b"/smuggled")],
 h2("h2-unknown-pseudo", [], pseudo=PSEUDO + [(b":x", b"y")])
 h2("h2-connect", [], pseudo=[(b":method", b"CONNECT"), (b":authority", b"x:80")])
 h2("h2-cookie-split", [(b"cookie", b"a=1"), (b"cookie", b"b=2")])
+# The answers an HTTP/2 client gets from an HTTP/1 gear: connection-specific fields,
+# framings, interim and switching answers, trailers, a length the body belies.
+H2CH = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+for n, ans in [
+    ("h2r-conn-headers", b"HTTP/1.1 200 OK\r\nConnection: keep-alive, x-a\r\nKeep-Alive: timeout=5\r\nX-A: 1\r\nProxy-Connection: close\r\nUpgrade: foo\r\nContent-Length: 2\r\n\r\nok"),
+    ("h2r-te-cl", H2CH + b"Content-Length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+    ("h2r-te-gzip", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+    ("h2r-close-delimited", b"HTTP/1.1 200 OK\r\n\r\nok" + CLOSE),
+    ("h2r-101", b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"),
+    ("h2r-103", b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+    ("h2r-trailers", H2CH + b"Trailer: x-t\r\n\r\n2\r\nok\r\n0\r\nx-t: 1\r\ntransfer-encoding: chunked\r\n\r\n"),
+    ("h2r-cl-mismatch", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nok" + CLOSE),
+    ("h2r-204-body", b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello"),
+    ("h2r-header-obs-text", b"HTTP/1.1 200 OK\r\nX: \xff\xfe\r\nContent-Length: 2\r\n\r\nok"),
+    ("h2r-upper-name", b"HTTP/1.1 200 OK\r\nX-UPPER: a\r\nContent-Length: 2\r\n\r\nok"),
+]:
+    h2(n, [], answers={"/c": ans})
