@@ -728,6 +728,49 @@ async fn an_oversized_chunk_size_is_refused_at_once() {
     .unwrap();
     assert_eq!(sent, Ok(()), "the upload was cut");
     assert_eq!(status_of(&out), 400, "{out:?}");
+}
+
+/// The lingering close after such a refusal lasts as long as the client keeps sending
+/// (up to its own limits), not only until the connection's head timeout: a slow upload
+/// still gets through whole, then the answer is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_behind_a_refusal_lingers_past_the_head_timeout() {
+    let gear = Recorder::start().await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("rec", gear.addr)],
+            "[timeouts]\nrequest_header = \"1s\"\n[health]\nenabled = false",
+        ),
+    );
+    let addr = lb.proxy;
+    let (sent, out) = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let head = "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        s.write_all(format!("{head}8000000000000000\r\n").as_bytes())
+            .unwrap();
+        // 3 s of upload, a piece every 100 ms: three times the head timeout.
+        let piece = vec![b'a'; 256 * 1024];
+        let end = Instant::now() + Duration::from_secs(3);
+        let mut sent = Ok(());
+        while Instant::now() < end && sent.is_ok() {
+            sent = s.write_all(&piece).map_err(|e| e.to_string());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        (sent, String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, Ok(()), "the upload was cut");
+    assert_eq!(status_of(&out), 400, "{out:?}");
+    let (bytes, _) = gear.take();
+    assert!(bytes.is_empty(), "forwarded {} bytes", bytes.len());
     let (bytes, _) = gear.take();
     assert!(bytes.is_empty(), "forwarded {} bytes", bytes.len());
 }

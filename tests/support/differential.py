@@ -70,7 +70,8 @@ WAITS = {
 
 TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 FIELD_VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-HEX = re.compile(rb"^[0-9A-Fa-f]{1,15}$")
+# A chunk size gearlb may write: below 2^52 (HAProxy's bound, and gearlb's).
+HEX = re.compile(rb"^0*[0-9A-Fa-f]{1,13}$")
 
 
 class Strict(Exception):
@@ -560,17 +561,19 @@ def h2_status(block):
 
 
 def h2_answers(out):
-    """What an HTTP/2 server sent on stream 1: each response's status, `RST` for a reset,
-    `GOAWAY` (after the client preface, which is skipped)."""
+    """What an HTTP/2 server sent: on stream 1 each header block's status (`?` for one
+    without, such as trailers), `RST` for a reset; `GOAWAY`. A frame cut short ends it."""
     seen, pos = [], 0
     while pos + 9 <= len(out):
         n = int.from_bytes(out[pos:pos + 3], "big")
+        if pos + 9 + n > len(out):
+            break
         kind, stream = out[pos + 3], int.from_bytes(out[pos + 5:pos + 9], "big") & 0x7FFFFFFF
         payload = out[pos + 9:pos + 9 + n]
         if kind == 1 and stream == 1:
             flags = out[pos + 4]
-            if flags & 0x8:  # PADDED
-                payload = payload[1:len(payload) - payload[0]]
+            if flags & 0x8 and payload:  # PADDED
+                payload = payload[1:max(1, len(payload) - payload[0])]
             if flags & 0x20:  # PRIORITY
                 payload = payload[5:]
             seen.append(h2_status(payload))

@@ -266,56 +266,56 @@ async fn serve_http(
             }
         };
         let Some(res) = done else { continue };
-        let res = match res {
-            Ok(res) => res,
-            Err(end) => {
+        // What is left once the HTTP object ended: a socket to park, or to close after a
+        // lingering read of the rest of an upload, or nothing.
+        let left = match res {
+            Err(LaneEnd::Hyper(stream, read)) => {
                 lane_conn = None;
-                match end {
-                    LaneEnd::Closed => return,
-                    LaneEnd::Hyper(stream, read) => {
-                        let slot = Arc::new(OnceLock::new());
-                        h1_conn = Some(new_h1(ClientIo::with_read(
-                            stream,
-                            state.clone(),
-                            Some(slot.clone()),
-                            read,
-                        )));
-                        h1_slot = Some(slot);
-                        if stopping {
-                            if let Some(c) = h1_conn.as_mut() {
-                                c.as_mut().graceful_shutdown();
-                            }
-                        }
+                let slot = Arc::new(OnceLock::new());
+                h1_conn = Some(new_h1(ClientIo::with_read(
+                    stream,
+                    state.clone(),
+                    Some(slot.clone()),
+                    read,
+                )));
+                h1_slot = Some(slot);
+                if stopping {
+                    if let Some(c) = h1_conn.as_mut() {
+                        c.as_mut().graceful_shutdown();
                     }
-                    LaneEnd::Parked(stream) if !stopping => {
-                        parked = Some(stream);
-                        _parked_gauge = Some(ParkedGauge::new(&ctx.stats.connections_parked));
-                        let next =
-                            check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false);
-                        match next {
-                            Ok(next) => watchdog.as_mut().reset(at(next)),
-                            Err(_) => return,
-                        }
-                    }
-                    LaneEnd::Parked(_) => return,
                 }
                 continue;
             }
+            Err(end) => {
+                lane_conn = None;
+                match end {
+                    LaneEnd::Parked(stream) => Some((stream, Handback::Parked)),
+                    // Refused before its upload was read: always a lingering close.
+                    LaneEnd::Linger(stream) => Some((stream, Handback::Closed)),
+                    LaneEnd::Closed | LaneEnd::Hyper(..) => None,
+                }
+            }
+            Ok(res) => {
+                if let Err(e) = res {
+                    debug!(client = %state.client.peer, error = %e, "client connection ended with an error");
+                }
+                // Dropping the connection object drops the socket wrapper, which hands a
+                // parked or closed socket back through the slot; a closed one lingers
+                // only if its last request had a body.
+                h1_conn = None;
+                other_conn = None;
+                h1_slot
+                    .take()
+                    .as_mut()
+                    .and_then(Arc::get_mut)
+                    .and_then(OnceLock::take)
+                    .filter(|(_, h)| {
+                        matches!(h, Handback::Parked) || state.last_had_body.load(Ordering::Relaxed)
+                    })
+            }
         };
-        if let Err(e) = res {
-            debug!(client = %state.client.peer, error = %e, "client connection ended with an error");
-        }
-        // Dropping the connection object drops the socket wrapper, which hands a parked
-        // or closed socket back through the slot.
-        h1_conn = None;
-        other_conn = None;
-        match h1_slot
-            .take()
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .and_then(OnceLock::take)
-        {
-            Some((stream, Handback::Closed)) if state.last_had_body.load(Ordering::Relaxed) => {
+        match left {
+            Some((stream, Handback::Closed)) => {
                 // Boxed: the connection's own future stays small.
                 return Box::pin(linger::close(stream, &state, &shutdown)).await;
             }

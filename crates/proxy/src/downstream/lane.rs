@@ -44,6 +44,10 @@ pub(super) enum LaneEnd {
     Parked(TcpStream),
     /// For hyper's server: the socket, and what was read from it.
     Hyper(TcpStream, BytesMut),
+    /// Refused before its upload was read: the answer written and the write side shut;
+    /// the rest of the upload is to be read and dropped (the lingering close, run by the
+    /// connection task outside the watchdog, as for hyper's connections).
+    Linger(TcpStream),
 }
 
 /// Most body bytes gathered behind a response head before they are written.
@@ -108,12 +112,10 @@ pub(super) async fn serve(
                 }
                 if close {
                     let _ = io.shutdown().await;
-                    if let (true, Some(s)) = (refused, io.into_inner()) {
-                        // Refused before its body was read: the rest of the upload is
-                        // read and dropped.
-                        super::linger::close(s, &state, &stop).await;
-                    }
-                    return LaneEnd::Closed;
+                    return match (refused, io.into_inner()) {
+                        (true, Some(s)) => LaneEnd::Linger(s),
+                        _ => LaneEnd::Closed,
+                    };
                 }
             }
         }

@@ -8,7 +8,9 @@
 //! socket wrapper, which hands the socket back as [`super::parking::Handback::Closed`]),
 //! and whatever the client still sends is read and thrown away ([`linger`]) until it
 //! closes, or is silent for [`LINGER_READ`], or [`LINGER_TOTAL`] passed, or the balancer
-//! stops. TLS and HTTP/2 connections close at once.
+//! stops ([`close`]). The byte path does the same after a request it refuses before its
+//! upload (`super::lane::LaneEnd::Linger`). The connection task runs it outside its
+//! watchdog. TLS and HTTP/2 connections close at once.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

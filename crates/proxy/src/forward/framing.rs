@@ -38,7 +38,7 @@ pub fn transfer_codings<'a>(
     Ok((!others.is_empty()).then(|| value(others)))
 }
 
-/// The method and target of a chunked HTTP/1 request head at the start of `buf` when
+/// The method and path (without the query) of a chunked HTTP/1 request head at the start of `buf` when
 /// the body bytes read with it name a chunk size the balancer refuses (2^52 or more,
 /// [`h1::oversized_size`]). hyper's server, which reads such a body, takes sizes up to
 /// 2^64 − 1 and would wait for that many bytes, where HAProxy answers 400; a client
@@ -62,7 +62,9 @@ pub fn oversized_chunk(buf: &[u8]) -> Option<(http::Method, &str)> {
         return None;
     }
     let method = http::Method::from_bytes(r.method?.as_bytes()).ok()?;
-    Some((method, r.path?))
+    // The path as logged elsewhere: without the query, which may carry secrets.
+    let path = r.path?;
+    Some((method, path.split('?').next().unwrap_or(path)))
 }
 
 /// Why a client request must be refused before it reaches a backend, and with which

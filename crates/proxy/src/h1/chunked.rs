@@ -1,5 +1,7 @@
 //! Decoding a chunked response body out of a read buffer (RFC 9112 §7.1), trailer
-//! fields included.
+//! fields included; the checks of a chunked body's first bytes made before it is
+//! decoded (a response's first chunk, [`check_start`]; a request's chunk sizes,
+//! [`oversized_size`]).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -176,9 +178,10 @@ pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
 
 /// Whether the start of a chunked body (`buf`, the bytes at hand from the body's first
 /// byte) names a chunk size of more than 13 significant hex digits (2^52 or more), in any
-/// chunk-size line it holds whole. The walk follows the sizes it reads and stops,
-/// finding nothing, at the last chunk, at the end of `buf`, or at a line it cannot read
-/// (whoever decodes the body refuses that one).
+/// chunk-size line it holds whole. The walk reads only the sizes: it steps over each
+/// chunk's data and the two bytes after it unchecked (a body malformed there is refused
+/// by whoever decodes it, the strict decoder and hyper's alike), and stops, finding
+/// nothing, at the last chunk, at the end of `buf`, or at a line without a size.
 pub fn oversized_size(mut buf: &[u8]) -> bool {
     loop {
         let Some(i) = buf
