@@ -178,36 +178,37 @@ fuzz_target!(|input: Input| {
         // The check of a body's start (`h1::check_start`, on what came with the head):
         // whatever part of the body came, it refuses only a body the decoder refuses
         // (no 502 for a good answer), and more bytes never mend what it refused.
-        let mut refused = false;
-        let mut end: usize = 0;
-        for step in steps.iter().cycle() {
-            end = end.saturating_add(*step).min(input.bytes.len());
-            let now = h1::check_start(&input.bytes[..end]).is_err();
-            assert!(!refused || now, "refused at a shorter read only");
-            if now {
-                assert!(whole.is_err(), "refused a body the decoder takes");
-            }
-            refused = now;
-            if end == input.bytes.len() {
-                break;
-            }
-        }
+        let decoder_refuses = whole.is_err();
+        let start_refuses = |b: &[u8]| h1::check_start(b).is_err();
+        holds_to_decoder(&input.bytes, &steps, decoder_refuses, start_refuses, "start");
         // The walk for an oversized chunk size (`h1::oversized_size`, on a request's
-        // bytes at hand before hyper reads them): it finds one only in a body the
-        // decoder refuses, and, once found, in every longer read of it.
-        let mut found = false;
-        let mut end: usize = 0;
-        for step in steps.iter().cycle() {
-            end = end.saturating_add(*step).min(input.bytes.len());
-            let now = h1::oversized_size(&input.bytes[..end]);
-            assert!(!found || now, "found at a shorter read only");
-            if now {
-                assert!(whole.is_err(), "an oversized size in a body the decoder takes");
-            }
-            found = now;
-            if end == input.bytes.len() {
-                break;
-            }
-        }
+        // bytes at hand before hyper reads them): the same two rules.
+        holds_to_decoder(&input.bytes, &steps, decoder_refuses, h1::oversized_size, "size");
     }
 });
+
+/// A check made on a chunked body's first bytes, at every read boundary of `steps`:
+/// it refuses only a body the decoder refuses, and once it refused, it refuses every
+/// longer read of the same body.
+fn holds_to_decoder(
+    bytes: &[u8],
+    steps: &[usize],
+    decoder_refuses: bool,
+    refuses: impl Fn(&[u8]) -> bool,
+    what: &str,
+) {
+    let mut refused = false;
+    let mut end: usize = 0;
+    for step in steps.iter().cycle() {
+        end = end.saturating_add(*step).min(bytes.len());
+        let now = refuses(&bytes[..end]);
+        assert!(!refused || now, "{what}: refused at a shorter read only");
+        if now {
+            assert!(decoder_refuses, "{what}: refused a body the decoder takes");
+        }
+        refused = now;
+        if end == bytes.len() {
+            break;
+        }
+    }
+}
