@@ -3,8 +3,8 @@
 
 Each case is raw bytes a client sends on one connection (request side: HTTP/1, or HTTP/2
 frames built by hand for the downgrade cases), or a raw answer a backend gives (response
-side). The same case goes through gearlb and through HAProxy, each
-in front of a recording backend of its own, and this script checks what gearlb passed on:
+side). The same case goes through gearlb and through HAProxy, each in front of a
+recording backend of its own, and this script checks what gearlb passed on:
 
   upstream   every byte gearlb wrote to a backend parses strictly (RFC 9112: CRLF only, no
              obs-fold, token names, no control bytes, one unambiguous length, chunks well

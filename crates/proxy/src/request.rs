@@ -66,12 +66,8 @@ pub(super) async fn handle(
         && conn.unsure_end.load(Ordering::Acquire);
     // A body of unknown length to an HTTP/1.0 client, which has no chunked coding, ends
     // with the connection: said in the head (hyper would write `keep-alive` there).
-    let ends_with_close = http10
-        && !head
-        && !(status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED)
-        && resp.body().size_hint().exact().is_none();
+    let ends_with_close =
+        http10 && !h1::bodiless(head, status) && resp.body().size_hint().exact().is_none();
     if unsure || ends_with_close {
         resp.headers_mut().insert(
             header::CONNECTION,

@@ -38,9 +38,9 @@ pub fn transfer_codings<'a>(
     Ok((!others.is_empty()).then(|| value(others)))
 }
 
-/// The method and path (without the query) of a chunked HTTP/1 request head at the start of `buf` when
-/// the body bytes read with it name a chunk size the balancer refuses (2^52 or more,
-/// [`h1::oversized_size`]). hyper's server, which reads such a body, takes sizes up to
+/// The method and path (without the query) of a chunked HTTP/1 request head at the
+/// start of `buf` when the body bytes read with it name a chunk size the balancer
+/// refuses (2^52 or more, [`h1::oversized_size`]). hyper's server, which reads such a body, takes sizes up to
 /// 2^64 − 1 and would wait for that many bytes, where HAProxy answers 400; a client
 /// that sent one gets a 400 at once, before anything is forwarded. A size in a later
 /// read is still hyper's to take (the client then waits for its timeout, and the bytes

@@ -152,19 +152,9 @@ impl Chunked {
 /// rather than a `200` cut short after its head; a break further on is the body's (the
 /// client gets what came before it).
 pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
-    let Some(i) = buf
-        .iter()
-        .take(MAX_CHUNK_LINE + 2)
-        .position(|&b| b == b'\n')
-    else {
-        if buf.len() > MAX_CHUNK_LINE {
-            return Err(ParseError::Chunked("line too long"));
-        }
+    let Some(i) = line_end(buf, MAX_CHUNK_LINE)? else {
         return Ok(());
     };
-    if i == 0 || buf[i - 1] != b'\r' {
-        return Err(ParseError::Chunked("line not ended by CRLF"));
-    }
     let size = chunk_size(&buf[..i - 1])?;
     let end = usize::try_from(size)
         .ok()
@@ -184,11 +174,7 @@ pub fn check_start(buf: &[u8]) -> Result<(), ParseError> {
 /// nothing, at the last chunk, at the end of `buf`, or at a line without a size.
 pub fn oversized_size(mut buf: &[u8]) -> bool {
     loop {
-        let Some(i) = buf
-            .iter()
-            .take(MAX_CHUNK_LINE + 2)
-            .position(|&b| b == b'\n')
-        else {
+        let Some(i) = lf_at(buf, MAX_CHUNK_LINE) else {
             return false;
         };
         let digits = buf[..i]
@@ -223,18 +209,31 @@ fn size_of_digits(digits: &[u8]) -> Option<u64> {
 
 /// A CRLF-terminated line out of `buf` (without the CRLF), if complete.
 fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseError> {
-    match buf.iter().take(max + 2).position(|&b| b == b'\n') {
-        Some(i) => {
-            if i == 0 || buf[i - 1] != b'\r' {
-                return Err(ParseError::Chunked("line not ended by CRLF"));
-            }
-            let mut line = buf.split_to(i + 1);
-            line.truncate(i - 1);
-            Ok(Some(line))
+    let Some(i) = line_end(buf, max)? else {
+        return Ok(None);
+    };
+    let mut line = buf.split_to(i + 1);
+    line.truncate(i - 1);
+    Ok(Some(line))
+}
+
+/// Where the line at the start of `buf` ends (the index of its LF), if it is all there;
+/// an error for a line of more than `max` bytes or one not ended by CRLF.
+fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, ParseError> {
+    match lf_at(buf, max) {
+        Some(i) if i == 0 || buf[i - 1] != b'\r' => {
+            Err(ParseError::Chunked("line not ended by CRLF"))
         }
+        Some(i) => Ok(Some(i)),
         None if buf.len() > max => Err(ParseError::Chunked("line too long")),
         None => Ok(None),
     }
+}
+
+/// The index of the first LF in `buf`, looked for no further than a line of `max`
+/// bytes and its CRLF.
+fn lf_at(buf: &[u8], max: usize) -> Option<usize> {
+    buf.iter().take(max + 2).position(|&b| b == b'\n')
 }
 
 /// The size of a chunk-size line: hex digits, then optional whitespace and extensions.

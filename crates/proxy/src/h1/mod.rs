@@ -23,7 +23,8 @@ mod tests;
 pub use chunked::{check_start, oversized_size, Chunked, Step};
 pub use reply::{declared_trailers, write_local, write_reply, Framing, Reply, SetCookie};
 pub use response::{
-    is_tchar, is_text, parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD, MAX_HEADERS,
+    bodiless, is_tchar, is_text, parse_response, tokens, BodyLen, Head, ParseError, MAX_HEAD,
+    MAX_HEADERS,
 };
 pub use write::{
     allowed_trailers, encode_chunk, encode_interim, encode_request_head, last_chunk, put_field,

@@ -17,7 +17,7 @@ use bytes::{BufMut, BytesMut};
 use gearlb_core::routing::sticky::Sticky;
 use http::{header, HeaderMap, HeaderName, StatusCode};
 
-use super::response::{is_text, tokens, BodyLen, Head, Kind, LengthFix};
+use super::response::{bodiless, is_text, tokens, BodyLen, Head, Kind, LengthFix};
 use super::write::{put_field, put_line, put_status_line, put_status_reason};
 
 /// How the client's response is written, beyond its head.
@@ -77,10 +77,7 @@ fn named_by_connection(head: &Head, name: &[u8]) -> bool {
 /// Write the client's response head for `head` to `out`; returns how its body goes.
 pub fn write_reply(head: &Head, r: &Reply<'_>, out: &mut BytesMut) -> Framing {
     let status = head.status;
-    let no_body = r.head_request
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
+    let no_body = bodiless(r.head_request, status);
     let framing = match head.body {
         BodyLen::Empty => Framing::Empty,
         BodyLen::Length(n) => Framing::Length(n),

@@ -365,10 +365,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
     }
     // A bodiless response's framing fields still say what the body would have been
     // (`HEAD`, 304): checked and passed on as for any other.
-    let bodiless = *method == Method::HEAD
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
+    let bodiless = bodiless(*method == Method::HEAD, status);
     head.body = if te {
         // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and such a message
         // is not to be trusted with the connection after it.
@@ -402,6 +399,15 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Option<Head
         }
     };
     Ok(Some(head))
+}
+
+/// Whether a response has no body whatever its head says (RFC 9112 §6.3 ¶1–2): it
+/// answers a `HEAD`, or it is a 1xx, 204 or 304.
+pub fn bodiless(head_request: bool, status: StatusCode) -> bool {
+    head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
 }
 
 /// A transfer coding as RFC 9112 §7 writes it: a token, then `; name=value`
