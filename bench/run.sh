@@ -8,7 +8,7 @@
 #
 # Topology (all on 127.0.0.1):
 #
-#   wrk / oha / idle_clients.py --> TARGET --> nginx backends web1..web3
+#   wrk / openloop / oha / idle_clients.py --> TARGET --> nginx backends web1..web3
 #
 #   Backends: three nginx processes (Debian's nginx / nginx-light), one worker each, on
 #   ports 19001-19003, each also listening on a third of MANY_N extra ports (20000-...)
@@ -46,8 +46,9 @@
 #   peak_capped    peak_small with the proxy held to a gear's CPU quota (CAP_PERCENT% of
 #                  one CPU, cgroup cpu.max / cpu.cfs_quota_us): the proxy's cost per request
 #                  sets the peak, where peak_small on 2 CPUs meets the load side first
-#   fixed_rate     p50/p99/p99.9 at a fixed rate of 50% of haproxy-reuse's peak (oha -q,
-#                  --latency-correction: corrected for coordinated omission)
+#   fixed_rate     p50/p99/p99.9 at a fixed rate of 50% of haproxy-reuse's peak, open loop
+#                  and corrected for coordinated omission: bench/openloop (FIXED_LOAD=oha:
+#                  oha -q --latency-correction, whose own pauses set its p99: bench/RESULTS.md)
 #   new_conn       a new client connection per request (wrk, Connection: close)
 #   large_body     1 MiB responses: MB/s (wrk -cLARGE_CONNECTIONS)
 #   many_backends  peak req/s with N=3 and N=MANY_N backends (selection cost)
@@ -65,7 +66,7 @@
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
 #   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
 #                       haproxy also gets cpu-map)
-#   CPU 0 (LOAD_CPUS)   wrk, oha, idle_clients.py, gearlb ctl, and the backend nginx
+#   CPU 0 (LOAD_CPUS)   wrk, openloop, oha, idle_clients.py, gearlb ctl, and the backend nginx
 #
 # Variables (defaults in brackets): see bench/README.md for the full list.
 #
@@ -95,6 +96,7 @@ KEEP_TMP=${KEEP_TMP:-0}
 FIXED_DURATION=${FIXED_DURATION:-20}
 FIXED_FRACTION=${FIXED_FRACTION:-50}   # percent of haproxy-reuse's peak
 FIXED_RATE=${FIXED_RATE:-}             # req/s; empty: FIXED_FRACTION of the measured peak
+FIXED_LOAD=${FIXED_LOAD:-openloop}     # fixed_rate's load: openloop (bench/openloop) or oha
 LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-16}
 MANY_N=${MANY_N:-1000}
 MANY_ROUTES=${MANY_ROUTES:-10000}
@@ -128,6 +130,7 @@ REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 GEARLB_BIN=${GEARLB_BIN:-$REPO/target/release/gearlb}
 GEARLB_ALT_BIN=${GEARLB_ALT_BIN:-} # the binary of target gearlb-alt
 OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+OPENLOOP_BIN=$REPO/target/release/openloop # built from bench/openloop by ensure_tools
 
 # ---- helpers --------------------------------------------------------------------
 
@@ -921,16 +924,27 @@ EOF
 }
 
 RATE_USED=""
-SCENARIO_DESC[fixed_rate]="latency at a fixed rate (FIXED_FRACTION=$FIXED_FRACTION% of $REF's median peak unless FIXED_RATE), coordinated omission corrected: oha -c$CONNECTIONS -q RATE --latency-correction -z ${FIXED_DURATION}s"
+if [[ $FIXED_LOAD == oha ]]; then
+    FIXED_LOAD_DESC="oha -c$CONNECTIONS -q RATE --latency-correction -z ${FIXED_DURATION}s"
+else
+    FIXED_LOAD_DESC="openloop -c$CONNECTIONS -q RATE -z ${FIXED_DURATION}s (bench/openloop)"
+fi
+SCENARIO_DESC[fixed_rate]="latency at a fixed rate (FIXED_FRACTION=$FIXED_FRACTION% of $REF's median peak unless FIXED_RATE), open loop, coordinated omission corrected: $FIXED_LOAD_DESC"
 SCENARIO_COLS[fixed_rate]="rate achieved p50_ms p99_ms p99.9_ms max_ms errors"
 SCENARIO_METRIC[fixed_rate]="p99_ms"
 SCENARIO_BETTER[fixed_rate]=lower
 scenario_fixed_rate() {
     local url=$2/ out=$3 errors
     warmup "$url" "$out" "$CONNECTIONS"
-    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -c "$CONNECTIONS" \
-        -q "$RATE_USED" --latency-correction -z "${FIXED_DURATION}s" "$url" >"$out" 2>"$out.err" ||
-        die "oha against $url failed: $(cat "$out.err")"
+    # Both write oha's JSON report (openloop: the fields read below and by oha_tally).
+    if [[ $FIXED_LOAD == oha ]]; then
+        "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -c "$CONNECTIONS" \
+            -q "$RATE_USED" --latency-correction -z "${FIXED_DURATION}s" "$url" >"$out" 2>"$out.err" ||
+            die "oha against $url failed: $(cat "$out.err")"
+    else
+        "${PIN_LOAD[@]}" "$OPENLOOP_BIN" -c "$CONNECTIONS" -q "$RATE_USED" -z "${FIXED_DURATION}s" \
+            "$url" >"$out" 2>"$out.err" || die "openloop against $url failed: $(cat "$out.err")"
+    fi
     errors=$(oha_tally "$out" | cut -f2)
     ROW=$(python3 - "$out" "$RATE_USED" "$errors" <<'EOF'
 import json, sys
@@ -1182,7 +1196,16 @@ ensure_tools() {
         need callgrind_control valgrind
         need python3 python3
     fi
-    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* || " ${SCENARIOS[*]} " == *" instructions "* ]]; then
+    [[ $FIXED_LOAD == openloop || $FIXED_LOAD == oha ]] ||
+        die "FIXED_LOAD=$FIXED_LOAD: expected openloop or oha"
+    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]]; then
+        need cargo "(install Rust: https://rustup.rs)"
+        log "building bench/openloop (fixed_rate's load): cargo build --release"
+        cargo build --release --quiet --manifest-path "$SCRIPT_DIR/openloop/Cargo.toml" \
+            --target-dir "$REPO/target" >&2 || die "building bench/openloop failed"
+    fi
+    if [[ ( " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == oha ) ||
+        " ${SCENARIOS[*]} " == *" instructions "* ]]; then
         if [[ ! -x $OHA_BIN ]]; then
             need cargo "(install Rust: https://rustup.rs)"
             log "installing oha: cargo install --locked oha (a few minutes)"
@@ -1223,6 +1246,7 @@ print_header() {
     echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
     echo "wrk:       $({ wrk --version 2>&1 || true; } | awk 'NR == 1 { print $1, $2 }')"
     [[ ! -x $OHA_BIN ]] || echo "oha:       $("$OHA_BIN" --version 2>&1 | head -1)"
+    [[ ! -x $OPENLOOP_BIN ]] || echo "openloop:  bench/openloop, built $(date -r "$OPENLOOP_BIN" '+%Y-%m-%d %H:%M:%S')"
     echo "proxies:   $THREADS worker thread(s) each"
     if [[ $PIN == 1 ]]; then
         echo "pinning:   proxy on CPU $PROXY_CPUS; load generators + nginx backends on CPU $LOAD_CPUS"

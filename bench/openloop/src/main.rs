@@ -1,0 +1,554 @@
+//! openloop: HTTP/1.1 keep-alive load at a fixed rate, open loop, for `bench/run.sh`'s
+//! `fixed_rate` scenario (the tail at half of HAProxy's peak).
+//!
+//! **Why not oha.** With `-q`, oha keeps every result in an unbounded channel until the
+//! run ends. The channel's buffer doubles as it fills, and each doubling copies it whole
+//! and faults in the new pages, on the one thread that also sends the requests: at 27 000
+//! requests a second the copies at 2^18 and 2^19 results (9.7 s and 19.4 s into a 20 s
+//! run) stop the load for tens to hundreds of milliseconds. With latency correction every
+//! request due during the stop is late, so the p99 of a run measured mostly whether and
+//! how long oha stopped (bench/RESULTS.md). This tool records into a histogram of fixed
+//! size and allocates nothing per request once the run has started.
+//!
+//! **Model** (oha's `--latency-correction`, wrk2's idea): a pacer releases request *i* at
+//! `start + i / rate`. tokio's timer ticks every millisecond, so the requests due in a
+//! tick are released together, each stamped with the moment it was released. Each of the
+//! connections, all opened before the start, takes the oldest released request, sends it
+//! and reads the whole answer. Its latency counts from its stamp, so the time it waited
+//! for a free connection counts too (coordinated omission corrected). Requests still in
+//! flight at the end may finish within `--grace`; the rest are counted as errors.
+//!
+//! The output is JSON with the fields of oha's that the harness reads
+//! (`summary.requestsPerSec`, `summary.slowest`, `latencyPercentiles`,
+//! `statusCodeDistribution`, `errorDistribution`); times in seconds.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+#[derive(Parser)]
+#[command(
+    about = "HTTP/1.1 keep-alive load at a fixed rate, latency from when each request was due"
+)]
+struct Args {
+    /// Connections (keep-alive), all opened before the run starts.
+    #[arg(short = 'c', default_value_t = 64)]
+    connections: usize,
+    /// Requests per second.
+    #[arg(short = 'q')]
+    rate: f64,
+    /// How long to release requests: seconds, as "20" or "20s".
+    #[arg(short = 'z', value_parser = parse_secs)]
+    duration: Duration,
+    /// How long the requests released before the end may still take; later ones are errors.
+    #[arg(long, default_value = "2s", value_parser = parse_secs)]
+    grace: Duration,
+    /// http://HOST:PORT/PATH (plain HTTP/1.1 only).
+    url: String,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let n = s.strip_suffix('s').unwrap_or(s);
+    match n.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// The target: where to connect, and the request every connection sends.
+struct Target {
+    addr: SocketAddr,
+    request: Vec<u8>,
+}
+
+fn target(url: &str) -> Result<Target> {
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("'{url}': only http:// URLs"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        bail!("'{url}' has no host");
+    }
+    let with_port = if authority.contains(':') {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {with_port}"))?
+        .next()
+        .with_context(|| format!("{with_port} has no address"))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: openloop\r\nAccept: */*\r\n\r\n"
+    )
+    .into_bytes();
+    Ok(Target { addr, request })
+}
+
+/// What the pacer and the connections share (one thread: `Rc`, `Cell`, `RefCell`).
+struct Shared {
+    /// Released requests not yet taken: the moment each was released.
+    released: RefCell<VecDeque<Instant>>,
+    ready: Notify,
+    pacing_done: Cell<bool>,
+    in_flight: Cell<u64>,
+    latency_ns: RefCell<Histogram<u64>>,
+    statuses: RefCell<BTreeMap<u16, u64>>,
+    errors: RefCell<BTreeMap<String, u64>>,
+}
+
+impl Shared {
+    fn error(&self, what: String) {
+        *self.errors.borrow_mut().entry(what).or_insert(0) += 1;
+    }
+}
+
+/// Releases request i at `start + i / rate` until `end`, stamping each with the moment the
+/// timer let it go.
+async fn pace(shared: Rc<Shared>, start: Instant, end: Instant, rate: f64) {
+    let due = |i: u64| start + Duration::from_secs_f64(i as f64 / rate);
+    let mut i: u64 = 0;
+    loop {
+        let next = due(i);
+        if next >= end {
+            break;
+        }
+        tokio::time::sleep_until(next.into()).await;
+        let now = Instant::now();
+        let mut n = 0;
+        {
+            let mut released = shared.released.borrow_mut();
+            while due(i) <= now && due(i) < end {
+                released.push_back(now);
+                i += 1;
+                n += 1;
+            }
+        }
+        for _ in 0..n {
+            shared.ready.notify_one();
+        }
+    }
+    shared.pacing_done.set(true);
+    shared.ready.notify_waiters();
+}
+
+/// One keep-alive connection and its read buffer.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr) -> Result<Conn> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(16 * 1024),
+        })
+    }
+
+    /// Sends the request and reads its whole answer: (status, whether the connection
+    /// stays open).
+    async fn exchange(&mut self, request: &[u8]) -> Result<(u16, bool)> {
+        self.stream.write_all(request).await.context("sending")?;
+        self.buf.clear();
+        let (status, keep, total) = loop {
+            if self
+                .stream
+                .read_buf(&mut self.buf)
+                .await
+                .context("reading")?
+                == 0
+            {
+                bail!("connection closed before a whole response head");
+            }
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut response = httparse::Response::new(&mut headers);
+            let head = match response
+                .parse(&self.buf)
+                .context("parsing the response head")?
+            {
+                httparse::Status::Partial => continue,
+                httparse::Status::Complete(n) => n,
+            };
+            let status = response.code.unwrap_or(0);
+            let mut keep = response.version == Some(1);
+            let mut length = None;
+            for h in response.headers.iter() {
+                if h.name.eq_ignore_ascii_case("content-length") {
+                    let v = std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<usize>().ok());
+                    length = Some(v.context("a Content-Length that is not a number")?);
+                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                    bail!(
+                        "a Transfer-Encoding response (openloop reads Content-Length bodies only)"
+                    );
+                } else if h.name.eq_ignore_ascii_case("connection") {
+                    let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
+                    if v.split(',').any(|t| t.trim() == "close") {
+                        keep = false;
+                    }
+                }
+            }
+            let body = match (status, length) {
+                (100..=199 | 204 | 304, _) => 0,
+                (_, Some(n)) => n,
+                (_, None) => bail!("a {status} response without Content-Length"),
+            };
+            break (status, keep, head + body);
+        };
+        while self.buf.len() < total {
+            if self
+                .stream
+                .read_buf(&mut self.buf)
+                .await
+                .context("reading the body")?
+                == 0
+            {
+                bail!("connection closed within a response body");
+            }
+        }
+        if self.buf.len() > total {
+            bail!("bytes after the response");
+        }
+        Ok((status, keep))
+    }
+}
+
+/// One connection's loop: take the oldest released request, send it, record its latency.
+async fn work(shared: Rc<Shared>, target: Rc<Target>, mut conn: Option<Conn>) {
+    loop {
+        let stamp = loop {
+            if let Some(stamp) = shared.released.borrow_mut().pop_front() {
+                break Some(stamp);
+            }
+            if shared.pacing_done.get() {
+                break None;
+            }
+            shared.ready.notified().await;
+        };
+        let Some(stamp) = stamp else { return };
+        shared.in_flight.set(shared.in_flight.get() + 1);
+        let result = async {
+            let c = match conn.as_mut() {
+                Some(c) => c,
+                None => conn.insert(Conn::open(target.addr).await?),
+            };
+            c.exchange(&target.request).await
+        }
+        .await;
+        shared.in_flight.set(shared.in_flight.get() - 1);
+        match result {
+            Ok((status, keep)) => {
+                let ns = stamp.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+                shared.latency_ns.borrow_mut().saturating_record(ns.max(1));
+                *shared.statuses.borrow_mut().entry(status).or_insert(0) += 1;
+                if !keep {
+                    conn = None;
+                }
+            }
+            Err(e) => {
+                shared.error(format!("{e:#}"));
+                conn = None;
+            }
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<serde_json::Value> {
+    if !(args.rate.is_finite() && args.rate > 0.0) {
+        bail!("-q must be a positive number of requests per second");
+    }
+    if args.connections == 0 {
+        bail!("-c must be at least 1");
+    }
+    let target = Rc::new(target(&args.url)?);
+    let mut conns = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        conns.push(Conn::open(target.addr).await?);
+    }
+    // Room for two seconds of released requests before the queue would grow.
+    let room = ((args.rate * 2.0) as usize).max(1024);
+    let shared = Rc::new(Shared {
+        released: RefCell::new(VecDeque::with_capacity(room)),
+        ready: Notify::new(),
+        pacing_done: Cell::new(false),
+        in_flight: Cell::new(0),
+        latency_ns: RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?),
+        statuses: RefCell::new(BTreeMap::new()),
+        errors: RefCell::new(BTreeMap::new()),
+    });
+    let start = Instant::now() + Duration::from_millis(10);
+    let end = start + args.duration;
+    let local = tokio::task::LocalSet::new();
+    local.spawn_local(pace(shared.clone(), start, end, args.rate));
+    let workers: Vec<_> = conns
+        .into_iter()
+        .map(|c| local.spawn_local(work(shared.clone(), target.clone(), Some(c))))
+        .collect();
+    let all_done = async {
+        for w in workers {
+            let _ = w.await;
+        }
+    };
+    let finished = local
+        .run_until(async {
+            tokio::time::timeout_at((end + args.grace).into(), all_done)
+                .await
+                .is_ok()
+        })
+        .await;
+    if !finished {
+        let left = shared.in_flight.get() + shared.released.borrow().len() as u64;
+        if left > 0 {
+            for _ in 0..left {
+                shared.error(format!(
+                    "not answered within the grace ({:?}) after the end",
+                    args.grace
+                ));
+            }
+        }
+    }
+    let h = shared.latency_ns.borrow();
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let completed = h.len();
+    let percentiles: serde_json::Map<String, serde_json::Value> = [
+        ("p50", 50.0),
+        ("p90", 90.0),
+        ("p99", 99.0),
+        ("p99.9", 99.9),
+        ("p99.99", 99.99),
+    ]
+    .iter()
+    .map(|(k, q)| {
+        (
+            k.to_string(),
+            serde_json::json!(secs(h.value_at_quantile(q / 100.0))),
+        )
+    })
+    .collect();
+    let statuses: serde_json::Map<String, serde_json::Value> = shared
+        .statuses
+        .borrow()
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+        .collect();
+    let errors: serde_json::Map<String, serde_json::Value> = shared
+        .errors
+        .borrow()
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+        .collect();
+    let total = args.duration.as_secs_f64();
+    Ok(serde_json::json!({
+        "summary": {
+            "total": total,
+            "requestsPerSec": completed as f64 / total,
+            "slowest": if completed > 0 { secs(h.max()) } else { 0.0 },
+            "fastest": if completed > 0 { secs(h.min()) } else { 0.0 },
+            "average": if completed > 0 { h.mean() / 1e9 } else { 0.0 },
+        },
+        "latencyPercentiles": percentiles,
+        "statusCodeDistribution": statuses,
+        "errorDistribution": errors,
+        "openloop": {
+            "rate": args.rate,
+            "connections": args.connections,
+            "completed": completed,
+        },
+    }))
+}
+
+fn main() {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("openloop: starting the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(report) => println!("{report:#}"),
+        Err(e) => {
+            eprintln!("openloop: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::net::TcpListener;
+
+    /// A gear answering every request with `answer`; the `slow`-th request (counted from
+    /// 1 over all connections) waits `delay` first.
+    async fn gear(answer: &'static [u8], slow: usize, delay: Duration) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        buf.drain(..end);
+                        if count.fetch_add(1, Ordering::SeqCst) + 1 == slow {
+                            tokio::time::sleep(delay).await;
+                        }
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn args(addr: SocketAddr, connections: usize, rate: f64, secs: f64) -> Args {
+        Args {
+            connections,
+            rate,
+            duration: Duration::from_secs_f64(secs),
+            grace: Duration::from_secs(5),
+            url: format!("http://{addr}/x?y=1"),
+        }
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+    #[test]
+    fn durations_are_positive_seconds() {
+        assert_eq!(parse_secs("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_secs("0.5"), Ok(Duration::from_millis(500)));
+        for bad in ["0", "-1s", "x", "", "inf"] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_request_names_the_path_and_the_host() {
+        let t = target("http://127.0.0.1:8080/a/b?c=d").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
+        let req = String::from_utf8(t.request).unwrap();
+        assert!(
+            req.starts_with("GET /a/b?c=d HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"),
+            "{req}"
+        );
+        assert!(req.ends_with("\r\n\r\n"));
+        assert!(target("127.0.0.1:8080/").is_err());
+        assert!(target("https://127.0.0.1/").is_err());
+        assert!(target("http:///x").is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_request_released_is_answered_and_counted_once() {
+        let addr = gear(OK, 0, Duration::ZERO).await;
+        let report = run(args(addr, 4, 2000.0, 0.5)).await.unwrap();
+        // Requests 0..1000 are due before the end (i / 2000 s < 0.5 s).
+        assert_eq!(report["statusCodeDistribution"]["200"], 1000, "{report:#}");
+        assert_eq!(
+            report["errorDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
+        assert_eq!(report["summary"]["requestsPerSec"], 2000.0);
+        let p = &report["latencyPercentiles"];
+        let (p50, p99) = (p["p50"].as_f64().unwrap(), p["p99"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{report:#}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stall_counts_against_every_request_due_during_it() {
+        // One connection, 200 requests a second; the gear holds the 20th answer 300 ms.
+        // The ~60 requests due meanwhile wait for the connection, and their latency
+        // counts from when they were due: a closed-loop count would show one slow request.
+        let addr = gear(OK, 20, Duration::from_millis(300)).await;
+        let report = run(args(addr, 1, 200.0, 1.0)).await.unwrap();
+        assert_eq!(report["statusCodeDistribution"]["200"], 200, "{report:#}");
+        let p = &report["latencyPercentiles"];
+        assert!(p["p90"].as_f64().unwrap() >= 0.1, "{report:#}");
+        assert!(
+            report["summary"]["slowest"].as_f64().unwrap() >= 0.3,
+            "{report:#}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_it_cannot_read_are_errors_not_latencies() {
+        for (answer, error) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"[..],
+                "Transfer-Encoding",
+            ),
+            (b"HTTP/1.1 200 OK\r\n\r\nok", "without Content-Length"),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA",
+                "bytes after the response",
+            ),
+        ] {
+            let addr = gear(answer, 0, Duration::ZERO).await;
+            let report = run(args(addr, 1, 100.0, 0.1)).await.unwrap();
+            assert_eq!(
+                report["statusCodeDistribution"],
+                serde_json::json!({}),
+                "{report:#}"
+            );
+            let errors = report["errorDistribution"].as_object().unwrap();
+            assert_eq!(
+                errors.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+                10,
+                "{report:#}"
+            );
+            assert!(errors.keys().all(|k| k.contains(error)), "{report:#}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closing_gear_is_reconnected_to() {
+        let addr = gear(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            0,
+            Duration::ZERO,
+        )
+        .await;
+        let report = run(args(addr, 2, 200.0, 0.2)).await.unwrap();
+        assert_eq!(report["statusCodeDistribution"]["200"], 40, "{report:#}");
+        assert_eq!(
+            report["errorDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
+    }
+}
