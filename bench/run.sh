@@ -130,7 +130,7 @@ REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 GEARLB_BIN=${GEARLB_BIN:-$REPO/target/release/gearlb}
 GEARLB_ALT_BIN=${GEARLB_ALT_BIN:-} # the binary of target gearlb-alt
 OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
-OPENLOOP_BIN=$REPO/target/release/openloop # built from bench/openloop by ensure_tools
+OPENLOOP_BIN=${OPENLOOP_BIN:-$REPO/target/release/openloop} # bench/openloop, built by ensure_tools
 
 # ---- helpers --------------------------------------------------------------------
 
@@ -930,7 +930,10 @@ else
     FIXED_LOAD_DESC="openloop -c$CONNECTIONS -q RATE -z ${FIXED_DURATION}s (bench/openloop)"
 fi
 SCENARIO_DESC[fixed_rate]="latency at a fixed rate (FIXED_FRACTION=$FIXED_FRACTION% of $REF's median peak unless FIXED_RATE), open loop, coordinated omission corrected: $FIXED_LOAD_DESC"
-SCENARIO_COLS[fixed_rate]="rate achieved p50_ms p99_ms p99.9_ms max_ms errors"
+# late_ms: openloop's own lateness, the p99 of how late its releases were against their
+# due times (1 ms timer ticks: about 1 ms is the timer; more, the load generator held up,
+# which hides that much from the latencies); "-" with oha, which does not say.
+SCENARIO_COLS[fixed_rate]="rate achieved p50_ms p99_ms p99.9_ms max_ms errors late_ms"
 SCENARIO_METRIC[fixed_rate]="p99_ms"
 SCENARIO_BETTER[fixed_rate]=lower
 scenario_fixed_rate() {
@@ -952,8 +955,10 @@ d = json.load(open(sys.argv[1]))
 p = d.get("latencyPercentiles", {})
 s = d.get("summary", {})
 ms = lambda v: "?" if v is None else "%.3f" % (v * 1000)
+late = d.get("openloop", {}).get("releaseLate", {}).get("p99")
 print("\t".join([sys.argv[2], "%.0f" % (s.get("requestsPerSec") or 0), ms(p.get("p50")),
-                 ms(p.get("p99")), ms(p.get("p99.9")), ms(s.get("slowest")), sys.argv[3]]))
+                 ms(p.get("p99")), ms(p.get("p99.9")), ms(s.get("slowest")), sys.argv[3],
+                 "-" if late is None else ms(late)]))
 EOF
     )
 }
@@ -1198,10 +1203,14 @@ ensure_tools() {
     fi
     [[ $FIXED_LOAD == openloop || $FIXED_LOAD == oha ]] ||
         die "FIXED_LOAD=$FIXED_LOAD: expected openloop or oha"
-    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]]; then
+    # With BUILD=0 an existing binary is used as it is, as for gearlb.
+    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]] &&
+        [[ $BUILD != 0 || ! -x $OPENLOOP_BIN ]]; then
+        [[ $OPENLOOP_BIN == "$REPO/target/release/openloop" ]] ||
+            die "OPENLOOP_BIN=$OPENLOOP_BIN: not built here; give an existing binary with BUILD=0"
         need cargo "(install Rust: https://rustup.rs)"
-        log "building bench/openloop (fixed_rate's load): cargo build --release"
-        cargo build --release --quiet --manifest-path "$SCRIPT_DIR/openloop/Cargo.toml" \
+        log "building bench/openloop (fixed_rate's load): cargo build --release --locked"
+        cargo build --release --locked --quiet --manifest-path "$SCRIPT_DIR/openloop/Cargo.toml" \
             --target-dir "$REPO/target" >&2 || die "building bench/openloop failed"
     fi
     if [[ ( " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == oha ) ||
@@ -1246,7 +1255,9 @@ print_header() {
     echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
     echo "wrk:       $({ wrk --version 2>&1 || true; } | awk 'NR == 1 { print $1, $2 }')"
     [[ ! -x $OHA_BIN ]] || echo "oha:       $("$OHA_BIN" --version 2>&1 | head -1)"
-    [[ ! -x $OPENLOOP_BIN ]] || echo "openloop:  bench/openloop, built $(date -r "$OPENLOOP_BIN" '+%Y-%m-%d %H:%M:%S')"
+    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]]; then
+        echo "openloop:  $OPENLOOP_BIN (bench/openloop), built $(date -r "$OPENLOOP_BIN" '+%Y-%m-%d %H:%M:%S')"
+    fi
     echo "proxies:   $THREADS worker thread(s) each"
     if [[ $PIN == 1 ]]; then
         echo "pinning:   proxy on CPU $PROXY_CPUS; load generators + nginx backends on CPU $LOAD_CPUS"

@@ -10,17 +10,24 @@
 //! how long oha stopped (bench/RESULTS.md). This tool records into a histogram of fixed
 //! size and allocates nothing per request once the run has started.
 //!
-//! **Model** (oha's `--latency-correction`, wrk2's idea): a pacer releases request *i* at
+//! **Model** (oha's `--latency-correction`): a pacer releases request *i* at
 //! `start + i / rate`. tokio's timer ticks every millisecond, so the requests due in a
-//! tick are released together, each stamped with the moment it was released. Each of the
-//! connections, all opened before the start, takes the oldest released request, sends it
-//! and reads the whole answer. Its latency counts from its stamp, so the time it waited
-//! for a free connection counts too (coordinated omission corrected). Requests still in
-//! flight at the end may finish within `--grace`; the rest are counted as errors.
+//! tick are released together, each stamped with the moment it was released (up to a
+//! tick after it was due). Each of the connections, all opened before the start, takes
+//! the oldest released request, sends it and reads the whole answer. Its latency counts
+//! from its stamp, so the time it waited for a free connection counts too (coordinated
+//! omission corrected). Requests still in flight at the end may finish within `--grace`;
+//! the rest are counted as errors.
+//!
+//! **Its own delay.** A release stamped late because this thread was not run (its CPU
+//! busy with others) hides that delay from the latencies, as in oha. So the pacer records
+//! how late each release was against its due time, in a histogram of its own, reported as
+//! `openloop.releaseLate`: a tick (1 ms) and a little is the timer; more is this tool
+//! held up, and the latencies of that run are to be read with it.
 //!
 //! The output is JSON with the fields of oha's that the harness reads
-//! (`summary.requestsPerSec`, `summary.slowest`, `latencyPercentiles`,
-//! `statusCodeDistribution`, `errorDistribution`); times in seconds.
+//! (`summary.requestsPerSec`: answered requests a second, `summary.slowest`,
+//! `latencyPercentiles`, `statusCodeDistribution`, `errorDistribution`); times in seconds.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -37,7 +44,7 @@ use tokio::sync::Notify;
 
 #[derive(Parser)]
 #[command(
-    about = "HTTP/1.1 keep-alive load at a fixed rate, latency from when each request was due"
+    about = "HTTP/1.1 keep-alive load at a fixed rate, open loop: latency from each request's release"
 )]
 struct Args {
     /// Connections (keep-alive), all opened before the run starts.
@@ -106,6 +113,8 @@ struct Shared {
     pacing_done: Cell<bool>,
     in_flight: Cell<u64>,
     latency_ns: RefCell<Histogram<u64>>,
+    /// How late each release was against its due time.
+    release_late_ns: RefCell<Histogram<u64>>,
     statuses: RefCell<BTreeMap<u16, u64>>,
     errors: RefCell<BTreeMap<String, u64>>,
 }
@@ -131,8 +140,10 @@ async fn pace(shared: Rc<Shared>, start: Instant, end: Instant, rate: f64) {
         let mut n = 0;
         {
             let mut released = shared.released.borrow_mut();
+            let mut late = shared.release_late_ns.borrow_mut();
             while due(i) <= now && due(i) < end {
                 released.push_back(now);
+                late.saturating_record(nanos(now - due(i)).max(1));
                 i += 1;
                 n += 1;
             }
@@ -143,6 +154,10 @@ async fn pace(shared: Rc<Shared>, start: Instant, end: Instant, rate: f64) {
     }
     shared.pacing_done.set(true);
     shared.ready.notify_waiters();
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 /// One keep-alive connection and its read buffer.
@@ -164,72 +179,89 @@ impl Conn {
     }
 
     /// Sends the request and reads its whole answer: (status, whether the connection
-    /// stays open).
+    /// stays open). Interim (1xx) answers before it are read and passed over.
     async fn exchange(&mut self, request: &[u8]) -> Result<(u16, bool)> {
         self.stream.write_all(request).await.context("sending")?;
         self.buf.clear();
-        let (status, keep, total) = loop {
-            if self
-                .stream
-                .read_buf(&mut self.buf)
-                .await
-                .context("reading")?
-                == 0
-            {
-                bail!("connection closed before a whole response head");
-            }
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut response = httparse::Response::new(&mut headers);
-            let head = match response
-                .parse(&self.buf)
-                .context("parsing the response head")?
-            {
-                httparse::Status::Partial => continue,
-                httparse::Status::Complete(n) => n,
-            };
-            let status = response.code.unwrap_or(0);
-            let mut keep = response.version == Some(1);
-            let mut length = None;
-            for h in response.headers.iter() {
-                if h.name.eq_ignore_ascii_case("content-length") {
-                    let v = std::str::from_utf8(h.value)
-                        .ok()
-                        .and_then(|v| v.trim().parse::<usize>().ok());
-                    length = Some(v.context("a Content-Length that is not a number")?);
-                } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                    bail!(
-                        "a Transfer-Encoding response (openloop reads Content-Length bodies only)"
-                    );
-                } else if h.name.eq_ignore_ascii_case("connection") {
-                    let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                    if v.split(',').any(|t| t.trim() == "close") {
-                        keep = false;
-                    }
+        let head = loop {
+            match parse_head(&self.buf)? {
+                None => self.read_more("a response head").await?,
+                Some(h) if (100..200).contains(&h.status) => {
+                    self.buf.drain(..h.head_len);
                 }
+                Some(h) => break h,
             }
-            let body = match (status, length) {
-                (100..=199 | 204 | 304, _) => 0,
-                (_, Some(n)) => n,
-                (_, None) => bail!("a {status} response without Content-Length"),
-            };
-            break (status, keep, head + body);
         };
+        let total = head.head_len + head.body_len;
         while self.buf.len() < total {
-            if self
-                .stream
-                .read_buf(&mut self.buf)
-                .await
-                .context("reading the body")?
-                == 0
-            {
-                bail!("connection closed within a response body");
-            }
+            self.read_more("a response body").await?;
         }
         if self.buf.len() > total {
             bail!("bytes after the response");
         }
-        Ok((status, keep))
+        Ok((head.status, head.keep))
     }
+
+    async fn read_more(&mut self, what: &str) -> Result<()> {
+        let n = self.stream.read_buf(&mut self.buf).await;
+        if n.with_context(|| format!("reading {what}"))? == 0 {
+            bail!("connection closed within {what}");
+        }
+        Ok(())
+    }
+}
+
+/// What `exchange` needs of a response head.
+#[derive(Debug, PartialEq)]
+struct Head {
+    status: u16,
+    keep: bool,
+    head_len: usize,
+    body_len: usize,
+}
+
+/// Parses the response head at the start of `buf`: `None` while it is incomplete. Reads
+/// `Content-Length` bodies only (the bench's nginx answers with a length); allocates
+/// nothing.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    let head_len = match response.parse(buf).context("parsing the response head")? {
+        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(n) => n,
+    };
+    let status = response.code.unwrap_or(0);
+    if status == 101 {
+        bail!("a 101 answer to a request that asked for no upgrade");
+    }
+    let mut keep = response.version == Some(1);
+    let mut length = None;
+    for h in response.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            length = Some(n.context("a Content-Length that is not a number")?);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            bail!("a Transfer-Encoding response (openloop reads Content-Length bodies only)");
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            let mut tokens = h.value.split(|&b| b == b',').map(|t| t.trim_ascii());
+            if tokens.any(|t| t.eq_ignore_ascii_case(b"close")) {
+                keep = false;
+            }
+        }
+    }
+    let body_len = match (status, length) {
+        (100..=199 | 204 | 304, _) => 0,
+        (_, Some(n)) => n,
+        (_, None) => bail!("a {status} response without Content-Length"),
+    };
+    Ok(Some(Head {
+        status,
+        keep,
+        head_len,
+        body_len,
+    }))
 }
 
 /// One connection's loop: take the oldest released request, send it, record its latency.
@@ -257,7 +289,7 @@ async fn work(shared: Rc<Shared>, target: Rc<Target>, mut conn: Option<Conn>) {
         shared.in_flight.set(shared.in_flight.get() - 1);
         match result {
             Ok((status, keep)) => {
-                let ns = stamp.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+                let ns = nanos(stamp.elapsed());
                 shared.latency_ns.borrow_mut().saturating_record(ns.max(1));
                 *shared.statuses.borrow_mut().entry(status).or_insert(0) += 1;
                 if !keep {
@@ -292,6 +324,7 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         pacing_done: Cell::new(false),
         in_flight: Cell::new(0),
         latency_ns: RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?),
+        release_late_ns: RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?),
         statuses: RefCell::new(BTreeMap::new()),
         errors: RefCell::new(BTreeMap::new()),
     });
@@ -315,6 +348,7 @@ async fn run(args: Args) -> Result<serde_json::Value> {
                 .is_ok()
         })
         .await;
+    let elapsed = start.elapsed().as_secs_f64();
     if !finished {
         let left = shared.in_flight.get() + shared.released.borrow().len() as u64;
         if left > 0 {
@@ -357,6 +391,7 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         .map(|(k, v)| (k.clone(), serde_json::json!(v)))
         .collect();
     let total = args.duration.as_secs_f64();
+    let late = shared.release_late_ns.borrow();
     Ok(serde_json::json!({
         "summary": {
             "total": total,
@@ -371,7 +406,14 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         "openloop": {
             "rate": args.rate,
             "connections": args.connections,
+            "released": late.len(),
             "completed": completed,
+            "elapsed": elapsed,
+            "releaseLate": {
+                "p50": secs(late.value_at_quantile(0.5)),
+                "p99": secs(late.value_at_quantile(0.99)),
+                "max": secs(late.max()),
+            },
         },
     }))
 }
@@ -407,12 +449,29 @@ mod tests {
     /// A gear answering every request with `answer`; the `slow`-th request (counted from
     /// 1 over all connections) waits `delay` first.
     async fn gear(answer: &'static [u8], slow: usize, delay: Duration) -> SocketAddr {
+        gear_counting(answer, slow, delay).await.0
+    }
+
+    /// `gear`, also counting the connections it accepted. An answer with `Connection:
+    /// close` closes the connection after it; an answer with `|` in it is written in
+    /// pieces 20 ms apart, without the `|`.
+    async fn gear_counting(
+        answer: &'static [u8],
+        slow: usize,
+        delay: Duration,
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let close = answer.windows(17).any(|w| w == b"Connection: close");
+        let pieces: Vec<&'static [u8]> = answer.split(|&b| b == b'|').collect();
+        let counted = accepted.clone();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
                 let count = count.clone();
+                let pieces = pieces.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -426,14 +485,22 @@ mod tests {
                         if count.fetch_add(1, Ordering::SeqCst) + 1 == slow {
                             tokio::time::sleep(delay).await;
                         }
-                        if s.write_all(answer).await.is_err() {
+                        for (i, piece) in pieces.iter().enumerate() {
+                            if i > 0 {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            if s.write_all(piece).await.is_err() {
+                                return;
+                            }
+                        }
+                        if close {
                             return;
                         }
                     }
                 });
             }
         });
-        addr
+        (addr, accepted)
     }
 
     fn args(addr: SocketAddr, connections: usize, rate: f64, secs: f64) -> Args {
@@ -472,6 +539,35 @@ mod tests {
         assert!(target("http:///x").is_err());
     }
 
+    #[test]
+    fn a_head_gives_its_status_length_and_whether_the_connection_stays() {
+        let head = |b: &[u8]| parse_head(b).unwrap();
+        assert_eq!(head(b"HTTP/1.1 200 OK\r\nContent-Len"), None);
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\nConnection: keep-alive\r\n\r\n";
+        let want = |status, keep, body_len| Head {
+            status,
+            keep,
+            head_len: ok.len(),
+            body_len,
+        };
+        assert_eq!(head(ok), Some(want(200, true, 16)));
+        let close = b"HTTP/1.1 503 Busy\r\nContent-Length: 16\r\nConnection: x, Close\r\n\r\n";
+        assert_eq!(head(close).map(|h| (h.status, h.keep)), Some((503, false)));
+        let old = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(head(old).map(|h| h.keep), Some(false));
+        let not_modified = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 99\r\n\r\n";
+        assert_eq!(head(not_modified).map(|h| h.body_len), Some(0));
+        for bad in [
+            &b"HTTP/1.1 101 Switching Protocols\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+        ] {
+            assert!(parse_head(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_request_released_is_answered_and_counted_once() {
         let addr = gear(OK, 0, Duration::ZERO).await;
@@ -487,6 +583,51 @@ mod tests {
         let p = &report["latencyPercentiles"];
         let (p50, p99) = (p["p50"].as_f64().unwrap(), p["p99"].as_f64().unwrap());
         assert!(p50 > 0.0 && p50 <= p99, "{report:#}");
+        // The end wakes the idle connections: the run does not wait out the grace (5 s).
+        let elapsed = report["openloop"]["elapsed"].as_f64().unwrap();
+        assert!(elapsed < 2.0, "{report:#}");
+        assert_eq!(report["openloop"]["released"], 1000, "{report:#}");
+        let late = &report["openloop"]["releaseLate"];
+        assert!(
+            late["p50"].as_f64().unwrap() <= late["max"].as_f64().unwrap(),
+            "{report:#}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_unanswered_within_the_grace_are_errors() {
+        // The first answer takes 10 s; the nine requests behind it on the one connection
+        // are never sent.
+        let addr = gear(OK, 1, Duration::from_secs(10)).await;
+        let mut a = args(addr, 1, 100.0, 0.1);
+        a.grace = Duration::from_millis(300);
+        let report = run(a).await.unwrap();
+        assert_eq!(
+            report["statusCodeDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
+        let errors = report["errorDistribution"].as_object().unwrap();
+        assert_eq!(errors.len(), 1, "{report:#}");
+        let (what, n) = errors.iter().next().unwrap();
+        assert!(what.contains("grace") && n == 10, "{report:#}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_split_over_reads_is_read_whole() {
+        let answer = b"HTTP/1.1 200 OK\r\nContent-|Length: 10\r\n\r\nhello|world";
+        let addr = gear(answer, 0, Duration::ZERO).await;
+        let report = run(args(addr, 2, 100.0, 0.2)).await.unwrap();
+        assert_eq!(
+            report["statusCodeDistribution"],
+            serde_json::json!({"200": 20}),
+            "{report:#}"
+        );
+        assert_eq!(
+            report["errorDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -536,8 +677,25 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_interim_answer_is_passed_over() {
+        let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        let addr = gear(answer, 0, Duration::ZERO).await;
+        let report = run(args(addr, 1, 100.0, 0.1)).await.unwrap();
+        assert_eq!(
+            report["statusCodeDistribution"],
+            serde_json::json!({"200": 10}),
+            "{report:#}"
+        );
+        assert_eq!(
+            report["errorDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_closing_gear_is_reconnected_to() {
-        let addr = gear(
+        let (addr, accepted) = gear_counting(
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
             0,
             Duration::ZERO,
@@ -550,5 +708,7 @@ mod tests {
             serde_json::json!({}),
             "{report:#}"
         );
+        // Two opened before the start, then one for every answer but the last of each.
+        assert_eq!(accepted.load(Ordering::SeqCst), 40, "{report:#}");
     }
 }
