@@ -730,6 +730,47 @@ async fn an_oversized_chunk_size_is_refused_at_once() {
     assert_eq!(status_of(&out), 400, "{out:?}");
 }
 
+/// A target with a fragment (`#`), which no request target may carry: a 400, as from
+/// HAProxy, and nothing reaches a gear. hyper's parser would cut the fragment off and
+/// forward the rest: `/c#/../admin` would reach the gear as `/c`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_with_a_fragment_is_refused() {
+    let gear = Recorder::start().await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("rec", gear.addr)],
+            "[health]\nenabled = false",
+        ),
+    );
+    for request in [
+        "GET /c#frag HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /c#/../admin HTTP/1.1\r\nHost: x\r\n\r\n",
+        "POST /up?a=1#b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+    ] {
+        let _ = gear.take();
+        let (out, took) = raw_async(lb.proxy, request.into(), Duration::from_secs(5)).await;
+        assert_eq!(status_of(&out), 400, "{request:?}: {out:?}");
+        assert!(
+            out.to_ascii_lowercase().contains("connection: close"),
+            "{request:?}: {out:?}"
+        );
+        assert!(took < Duration::from_secs(4), "{request:?}: left open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (bytes, _) = gear.take();
+        assert!(bytes.is_empty(), "{request:?}: forwarded {bytes:?}");
+    }
+    // Encoded, `#` is a path byte like any other, and goes through.
+    let request = "GET /c%23frag HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let (out, _) = raw_async(lb.proxy, request.into(), Duration::from_secs(2)).await;
+    assert_eq!(status_of(&out), 200, "{out:?}");
+    let (bytes, _) = gear.take();
+    let seen = String::from_utf8_lossy(&bytes).into_owned();
+    assert!(seen.starts_with("GET /c%23frag HTTP/1.1\r\n"), "{seen:?}");
+}
+
 /// The lingering close after such a refusal lasts as long as the client keeps sending
 /// (up to its own limits), not only until the connection's head timeout: a slow upload
 /// still gets through whole, then the answer is read.

@@ -41,8 +41,6 @@ ACCEPTED = {
     "te-comma-empty": "an empty list element is allowed (RFC 9110 5.6.1); gearlb forwards "
     "`transfer-encoding: chunked`, one coding, re-framed (HAProxy answers 422)",
     "te-comma-empty+cl": "as te-comma-empty; Content-Length is dropped and the connection closed",
-    "rl-fragment": "the fragment is cut off by the URI parser and never forwarded; the "
-    "backend sees /c (HAProxy answers 400)",
     "r-no-length-close": "a close-delimited answer is passed on chunked to an HTTP/1.1 "
     "client, so its connection stays usable and its next request is served (HAProxy closes it)",
     "r-head-line-only": "as r-no-length-close, with an empty body",

@@ -67,6 +67,23 @@ pub fn oversized_chunk(buf: &[u8]) -> Option<(http::Method, &str)> {
     Some((method, path.split('?').next().unwrap_or(path)))
 }
 
+/// The method and path (without the query or the fragment) of an HTTP/1 request head at
+/// the start of `buf` whose target carries a fragment (`#`). No form of request target
+/// has one (RFC 9112 §3.2). hyper's URI parser cuts it off and would forward the rest,
+/// where HAProxy answers 400: so does the balancer, for the heads the byte path reads
+/// first. A head hyper reads itself (over TLS, or after another head it served on the
+/// same connection) still has its fragment cut off, and nothing of it is forwarded.
+pub fn fragment_target(buf: &[u8]) -> Option<(http::Method, &str)> {
+    let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut slots);
+    let Ok(httparse::Status::Complete(_)) = r.parse(buf) else {
+        return None;
+    };
+    let target = r.path.filter(|t| t.contains('#'))?;
+    let method = http::Method::from_bytes(r.method?.as_bytes()).ok()?;
+    Some((method, target.split(['?', '#']).next().unwrap_or(target)))
+}
+
 /// Why a client request must be refused before it reaches a backend, and with which
 /// status: framing or target information that the balancer and a backend (or the proxy
 /// in front) could read differently. hyper already refuses malformed heads, invalid

@@ -46,6 +46,31 @@ fn an_oversized_chunk_is_found_behind_a_chunked_head_only() {
 }
 
 #[test]
+fn a_fragment_is_found_in_a_whole_head_only() {
+    let found = |raw: &str| {
+        framing::fragment_target(raw.as_bytes()).map(|(m, p)| (m.to_string(), p.to_string()))
+    };
+    let at = |m: &str, p: &str| Some((m.to_string(), p.to_string()));
+    assert_eq!(
+        found("GET /c#frag HTTP/1.1\r\nHost: x\r\n\r\n"),
+        at("GET", "/c")
+    );
+    assert_eq!(found("POST /a?b#c HTTP/1.1\r\n\r\n"), at("POST", "/a"));
+    assert_eq!(found("GET /#/../admin HTTP/1.1\r\n\r\n"), at("GET", "/"));
+    assert_eq!(
+        found("GET http://x/a#b HTTP/1.1\r\n\r\n"),
+        at("GET", "http://x/a")
+    );
+    for raw in [
+        "GET /c%23frag HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /c HTTP/1.1\r\nX-A: #\r\n\r\n",
+        "GET /c#frag HTTP/1.1\r\nHost: x\r\n",
+    ] {
+        assert_eq!(found(raw), None, "{raw:?}");
+    }
+}
+
+#[test]
 fn ambiguous_requests_are_refused() {
     let parts = |raw: &[(&str, &str)], uri: &str, method: &str, v: Version| {
         let mut b = http::Request::builder().method(method).uri(uri).version(v);
