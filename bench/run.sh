@@ -1335,6 +1335,12 @@ print_scenario() {
                 for (i = 1; i <= n; i++) printf " %12s", c[i]; printf "\n" }
         $1 == s { printf "%-14s %-8s %5s", $3, $2, $4
                   for (i = 1; i <= n; i++) printf " %12s", $(4 + i); printf "\n" }' "$RESULTS"
+    # A peak met with the load's CPU saturated is the load side's ceiling, not the proxy's.
+    local busy
+    busy=$(col_index "$s" "load_cpu%")
+    [[ -z $busy ]] || awk -F'\t' -v s="$s" -v i="$busy" -v cpus="$LOAD_CPUS" '
+        $1 == s { n++; if ($i + 0 >= 95) k++ }
+        END { if (k > 0) printf "   the load (CPU %s) was 95%% busy or more in %d of %d runs: there the peak is the load side'"'"'s, not the proxy'"'"'s (bench/README.md)\n", cpus, k, n }' "$RESULTS"
 }
 
 # The summary: per scenario (and variant), the median of the compared column for every
