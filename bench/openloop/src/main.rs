@@ -515,6 +515,17 @@ mod tests {
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
+    /// Every request answered 200, `n` of them, and no error.
+    fn all_answered(report: &serde_json::Value, n: u64) {
+        let want = serde_json::json!({"200": n});
+        assert_eq!(report["statusCodeDistribution"], want, "{report:#}");
+        assert_eq!(
+            report["errorDistribution"],
+            serde_json::json!({}),
+            "{report:#}"
+        );
+    }
+
     #[test]
     fn durations_are_positive_seconds() {
         assert_eq!(parse_secs("20s"), Ok(Duration::from_secs(20)));
@@ -573,12 +584,7 @@ mod tests {
         let addr = gear(OK, 0, Duration::ZERO).await;
         let report = run(args(addr, 4, 2000.0, 0.5)).await.unwrap();
         // Requests 0..1000 are due before the end (i / 2000 s < 0.5 s).
-        assert_eq!(report["statusCodeDistribution"]["200"], 1000, "{report:#}");
-        assert_eq!(
-            report["errorDistribution"],
-            serde_json::json!({}),
-            "{report:#}"
-        );
+        all_answered(&report, 1000);
         assert_eq!(report["summary"]["requestsPerSec"], 2000.0);
         let p = &report["latencyPercentiles"];
         let (p50, p99) = (p["p50"].as_f64().unwrap(), p["p99"].as_f64().unwrap());
@@ -618,16 +624,7 @@ mod tests {
         let answer = b"HTTP/1.1 200 OK\r\nContent-|Length: 10\r\n\r\nhello|world";
         let addr = gear(answer, 0, Duration::ZERO).await;
         let report = run(args(addr, 2, 100.0, 0.2)).await.unwrap();
-        assert_eq!(
-            report["statusCodeDistribution"],
-            serde_json::json!({"200": 20}),
-            "{report:#}"
-        );
-        assert_eq!(
-            report["errorDistribution"],
-            serde_json::json!({}),
-            "{report:#}"
-        );
+        all_answered(&report, 20);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,16 +678,7 @@ mod tests {
         let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
         let addr = gear(answer, 0, Duration::ZERO).await;
         let report = run(args(addr, 1, 100.0, 0.1)).await.unwrap();
-        assert_eq!(
-            report["statusCodeDistribution"],
-            serde_json::json!({"200": 10}),
-            "{report:#}"
-        );
-        assert_eq!(
-            report["errorDistribution"],
-            serde_json::json!({}),
-            "{report:#}"
-        );
+        all_answered(&report, 10);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -702,12 +690,7 @@ mod tests {
         )
         .await;
         let report = run(args(addr, 2, 200.0, 0.2)).await.unwrap();
-        assert_eq!(report["statusCodeDistribution"]["200"], 40, "{report:#}");
-        assert_eq!(
-            report["errorDistribution"],
-            serde_json::json!({}),
-            "{report:#}"
-        );
+        all_answered(&report, 40);
         // Two opened before the start, then one for every answer but the last of each.
         assert_eq!(accepted.load(Ordering::SeqCst), 40, "{report:#}");
     }
