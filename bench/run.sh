@@ -1186,6 +1186,9 @@ ensure_binary() {
     (cd "$REPO" && cargo build --release -p gearlb --bin gearlb) || die "cargo build --release failed"
 }
 
+# uses_openloop: whether this run's fixed_rate load is bench/openloop.
+uses_openloop() { [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]]; }
+
 ensure_tools() {
     apt_need wrk wrk
     apt_need curl curl
@@ -1204,8 +1207,7 @@ ensure_tools() {
     [[ $FIXED_LOAD == openloop || $FIXED_LOAD == oha ]] ||
         die "FIXED_LOAD=$FIXED_LOAD: expected openloop or oha"
     # With BUILD=0 an existing binary is used as it is, as for gearlb.
-    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]] &&
-        [[ $BUILD != 0 || ! -x $OPENLOOP_BIN ]]; then
+    if uses_openloop && [[ $BUILD != 0 || ! -x $OPENLOOP_BIN ]]; then
         [[ $OPENLOOP_BIN == "$REPO/target/release/openloop" ]] ||
             die "OPENLOOP_BIN=$OPENLOOP_BIN: not built here; give an existing binary with BUILD=0"
         need cargo "(install Rust: https://rustup.rs)"
@@ -1255,7 +1257,7 @@ print_header() {
     echo "nginx:     $("$NGINX_BIN" -v 2>&1 | sed 's/.*nginx\///')"
     echo "wrk:       $({ wrk --version 2>&1 || true; } | awk 'NR == 1 { print $1, $2 }')"
     [[ ! -x $OHA_BIN ]] || echo "oha:       $("$OHA_BIN" --version 2>&1 | head -1)"
-    if [[ " ${SCENARIOS[*]} " == *" fixed_rate "* && $FIXED_LOAD == openloop ]]; then
+    if uses_openloop; then
         echo "openloop:  $OPENLOOP_BIN (bench/openloop), built $(date -r "$OPENLOOP_BIN" '+%Y-%m-%d %H:%M:%S')"
     fi
     echo "proxies:   $THREADS worker thread(s) each"

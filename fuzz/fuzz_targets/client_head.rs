@@ -9,10 +9,9 @@
 //! settings (`http::Request` built from the same parse, `Sticky::take`,
 //! `prepare_request`, `encode_request_head`). A head `http` would refuse (a name or value
 //! it does not take) must not be taken by the byte path either: the builder's refusal
-//! fails the oracle. `forward::framing::oversized_chunk` (a chunked request refused for
-//! a chunk size in the bytes read with its head) and `forward::framing::fragment_target`
-//! (a target with a fragment) never panic and find only heads the byte path does not
-//! take.
+//! fails the oracle. `forward::framing::refused_head` (a head refused for a chunk size
+//! in the bytes read with it, or for its target's fragment) never panics and finds only
+//! heads the byte path does not take.
 #![no_main]
 
 use bytes::BytesMut;
@@ -76,7 +75,7 @@ fuzz_target!(|data: &[u8]| {
     let bytes = input.bytes;
     // Refused for its chunk size (a chunked head) or its target's fragment: heads the
     // byte path never takes.
-    if framing::oversized_chunk(bytes).is_some() || framing::fragment_target(bytes).is_some() {
+    if framing::refused_head(bytes).is_some() {
         let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
         assert!(!matches!(read(bytes, &mut s, credential, LIMIT), Read::Head(_)));
     }

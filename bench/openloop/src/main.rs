@@ -5,10 +5,11 @@
 //! run ends. The channel's buffer doubles as it fills, and each doubling copies it whole
 //! and faults in the new pages, on the one thread that also sends the requests: at 27 000
 //! requests a second the copies at 2^18 and 2^19 results (9.7 s and 19.4 s into a 20 s
-//! run) stop the load for tens to hundreds of milliseconds. With latency correction every
-//! request due during the stop is late, so the p99 of a run measured mostly whether and
-//! how long oha stopped (bench/RESULTS.md). This tool records into a histogram of fixed
-//! size and allocates nothing per request once the run has started.
+//! run) stop the load for tens to hundreds of milliseconds. Its pacer stops with it and
+//! then releases the whole backlog at once, which queues behind the connections: the p99
+//! of a run measured mostly whether and how long oha stopped (bench/RESULTS.md). This
+//! tool records into histograms of fixed size and allocates nothing per request once the
+//! run has started.
 //!
 //! **Model** (oha's `--latency-correction`): a pacer releases request *i* at
 //! `start + i / rate`. tokio's timer ticks every millisecond, so the requests due in a
@@ -120,9 +121,14 @@ struct Shared {
 }
 
 impl Shared {
-    fn error(&self, what: String) {
-        *self.errors.borrow_mut().entry(what).or_insert(0) += 1;
+    fn errors(&self, what: String, n: u64) {
+        *self.errors.borrow_mut().entry(what).or_insert(0) += n;
     }
+}
+
+/// A histogram of nanoseconds up to an hour, 3 significant digits: its size is fixed.
+fn histogram() -> Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?)
 }
 
 /// Releases request i at `start + i / rate` until `end`, stamping each with the moment the
@@ -297,7 +303,7 @@ async fn work(shared: Rc<Shared>, target: Rc<Target>, mut conn: Option<Conn>) {
                 }
             }
             Err(e) => {
-                shared.error(format!("{e:#}"));
+                shared.errors(format!("{e:#}"), 1);
                 conn = None;
             }
         }
@@ -323,8 +329,8 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         ready: Notify::new(),
         pacing_done: Cell::new(false),
         in_flight: Cell::new(0),
-        latency_ns: RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?),
-        release_late_ns: RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000_000, 3)?),
+        latency_ns: RefCell::new(histogram()?),
+        release_late_ns: RefCell::new(histogram()?),
         statuses: RefCell::new(BTreeMap::new()),
         errors: RefCell::new(BTreeMap::new()),
     });
@@ -349,16 +355,13 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         })
         .await;
     let elapsed = start.elapsed().as_secs_f64();
-    if !finished {
-        let left = shared.in_flight.get() + shared.released.borrow().len() as u64;
-        if left > 0 {
-            for _ in 0..left {
-                shared.error(format!(
-                    "not answered within the grace ({:?}) after the end",
-                    args.grace
-                ));
-            }
-        }
+    let left = shared.in_flight.get() + shared.released.borrow().len() as u64;
+    if !finished && left > 0 {
+        let what = format!(
+            "not answered within the grace ({:?}) after the end",
+            args.grace
+        );
+        shared.errors(what, left);
     }
     let h = shared.latency_ns.borrow();
     let secs = |ns: u64| ns as f64 / 1e9;
@@ -378,18 +381,6 @@ async fn run(args: Args) -> Result<serde_json::Value> {
         )
     })
     .collect();
-    let statuses: serde_json::Map<String, serde_json::Value> = shared
-        .statuses
-        .borrow()
-        .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
-        .collect();
-    let errors: serde_json::Map<String, serde_json::Value> = shared
-        .errors
-        .borrow()
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-        .collect();
     let total = args.duration.as_secs_f64();
     let late = shared.release_late_ns.borrow();
     Ok(serde_json::json!({
@@ -401,8 +392,9 @@ async fn run(args: Args) -> Result<serde_json::Value> {
             "average": if completed > 0 { h.mean() / 1e9 } else { 0.0 },
         },
         "latencyPercentiles": percentiles,
-        "statusCodeDistribution": statuses,
-        "errorDistribution": errors,
+        // Maps with number keys serialize with the numbers as strings, as oha writes them.
+        "statusCodeDistribution": &*shared.statuses.borrow(),
+        "errorDistribution": &*shared.errors.borrow(),
         "openloop": {
             "rate": args.rate,
             "connections": args.connections,

@@ -150,8 +150,7 @@ async fn forward(
 }
 
 /// A `400` for a request refused from its head's bytes and what came with them
-/// ([`forward::framing::oversized_chunk`](super::forward::framing::oversized_chunk),
-/// [`forward::framing::fragment_target`](super::forward::framing::fragment_target)),
+/// ([`forward::framing::refused_head`](super::forward::framing::refused_head)),
 /// counted and logged as any refused request; the connection closes after it.
 pub(crate) fn refuse(conn: &ConnState, method: &Method, path: &str, why: &'static str) -> Answer {
     let settings = conn.ctx.settings.load();

@@ -6,10 +6,10 @@
 //! Everything the byte path does not take (a body, an upgrade, `Expect`, HTTP/1.0,
 //! HTTP/2's preface, a malformed or oversized head) goes to hyper's server with the
 //! bytes read so far ([`LaneEnd::Hyper`]), which serves the rest of the connection; a
-//! connection that parks comes back here when its next bytes arrive. A chunked request
-//! whose first bytes name a chunk size hyper would wait for is refused here instead
-//! ([`oversized_chunk`]: a 400, then the lingering close), and so is a target with a
-//! fragment, which hyper would cut off ([`fragment_target`]). The connection's
+//! connection that parks comes back here when its next bytes arrive. A head hyper
+//! would take and mishandle is refused here instead ([`refused_head`]: a chunk size it
+//! would wait for, a target's fragment it would cut off): a 400, then the lingering
+//! close. The connection's
 //! watchdog ([`super::conn`]) keeps its timeouts as for hyper's: it looks at the same
 //! atomics, and drops this future to close.
 //!
@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::socket::ClientIo;
 use crate::direct::{self, Answer};
-use crate::forward::framing::{fragment_target, oversized_chunk};
+use crate::forward::framing::refused_head;
 use crate::forward::head::{read, Read, LANE_FIELDS};
 use crate::h1::{self, Framing};
 use crate::session::{ConnState, FrontendRequest};
@@ -49,14 +49,6 @@ pub(super) enum LaneEnd {
     /// the rest of the upload is to be read and dropped (the lingering close, run by the
     /// connection task outside the watchdog, as for hyper's connections).
     Linger(TcpStream),
-}
-
-/// A head the byte path does not serve but refuses itself rather than hand it to hyper:
-/// its method, path and the reason logged.
-fn refusal(buf: &[u8]) -> Option<(http::Method, &str, &'static str)> {
-    let oversized = || oversized_chunk(buf).map(|(m, p)| (m, p, "chunk size too large"));
-    let fragment = || fragment_target(buf).map(|(m, p)| (m, p, "fragment in the target"));
-    oversized().or_else(fragment)
 }
 
 /// Most body bytes gathered behind a response head before they are written.
@@ -86,9 +78,9 @@ pub(super) async fn serve(
         let step = {
             let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
             match read(&buf, &mut slots, credential, max_head) {
-                Read::Other => refusal(&buf).map(|(method, path, why)| {
+                Read::Other => refused_head(&buf).map(|(method, path, refusal)| {
                     let frontend = FrontendRequest::start(&state, false);
-                    let answer = direct::refuse(&state, &method, path, why);
+                    let answer = direct::refuse(&state, &method, path, refusal.why());
                     Some((buf.len(), answer, frontend, true))
                 }),
                 Read::Partial => Some(None),

@@ -38,50 +38,63 @@ pub fn transfer_codings<'a>(
     Ok((!others.is_empty()).then(|| value(others)))
 }
 
-/// The method and path (without the query) of a chunked HTTP/1 request head at the
-/// start of `buf` when the body bytes read with it name a chunk size the balancer
-/// refuses (2^52 or more, [`h1::oversized_size`]). hyper's server, which reads such a body, takes sizes up to
-/// 2^64 − 1 and would wait for that many bytes, where HAProxy answers 400; a client
-/// that sent one gets a 400 at once, before anything is forwarded. A size in a later
-/// read is still hyper's to take (the client then waits for its timeout, and the bytes
-/// behind the size travel as data: nothing is smuggled).
-pub fn oversized_chunk(buf: &[u8]) -> Option<(http::Method, &str)> {
+/// Why the byte path refuses a client's HTTP/1 head itself ([`refused_head`]) rather
+/// than hand it to hyper's server, which would take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The target carries a fragment (`#`). No form of request target has one (RFC 9112
+    /// §3.2); hyper's URI parser cuts it off and would forward the rest, where HAProxy
+    /// answers 400.
+    Fragment,
+    /// A chunked request whose body bytes read with the head name a chunk size of 2^52
+    /// or more ([`h1::oversized_size`]). hyper's server takes sizes up to 2^64 − 1 and
+    /// would wait for that many bytes, where HAProxy answers 400.
+    ChunkTooLarge,
+}
+
+impl Refusal {
+    /// The reason logged.
+    pub fn why(self) -> &'static str {
+        match self {
+            Refusal::Fragment => "fragment in the target",
+            Refusal::ChunkTooLarge => "chunk size too large",
+        }
+    }
+}
+
+/// The method, path (without the query or the fragment: as logged elsewhere, since a
+/// query may carry secrets) and [`Refusal`] of an HTTP/1 request head at the start of
+/// `buf` that the balancer answers with 400 at once, before anything is forwarded. The
+/// byte path reads a plain connection's heads first, so only it can see these: a head
+/// hyper reads itself (over TLS, or after one it served on the same connection) has its
+/// fragment cut off, and a chunk size in a later read is hyper's to wait for (the client
+/// then meets its timeout; the bytes behind the size travel as data: nothing is
+/// smuggled either way).
+pub fn refused_head(buf: &[u8]) -> Option<(http::Method, &str, Refusal)> {
     let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
     let mut r = httparse::Request::new(&mut slots);
     let Ok(httparse::Status::Complete(len)) = r.parse(buf) else {
         return None;
     };
-    let chunked = r
-        .headers
-        .iter()
-        .filter(|f| f.name.eq_ignore_ascii_case("transfer-encoding"))
-        .flat_map(|f| h1::tokens(f.value))
-        .rfind(|t| !t.is_empty())
-        .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-    if !chunked || !h1::oversized_size(&buf[len..]) {
-        return None;
-    }
-    let method = http::Method::from_bytes(r.method?.as_bytes()).ok()?;
-    // The path as logged elsewhere: without the query, which may carry secrets.
-    let path = r.path?;
-    Some((method, path.split('?').next().unwrap_or(path)))
-}
-
-/// The method and path (without the query or the fragment) of an HTTP/1 request head at
-/// the start of `buf` whose target carries a fragment (`#`). No form of request target
-/// has one (RFC 9112 §3.2). hyper's URI parser cuts it off and would forward the rest,
-/// where HAProxy answers 400: so does the balancer, for the heads the byte path reads
-/// first. A head hyper reads itself (over TLS, or after another head it served on the
-/// same connection) still has its fragment cut off, and nothing of it is forwarded.
-pub fn fragment_target(buf: &[u8]) -> Option<(http::Method, &str)> {
-    let mut slots = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
-    let mut r = httparse::Request::new(&mut slots);
-    let Ok(httparse::Status::Complete(_)) = r.parse(buf) else {
-        return None;
+    let target = r.path?;
+    let refusal = if target.contains('#') {
+        Refusal::Fragment
+    } else {
+        let chunked = r
+            .headers
+            .iter()
+            .filter(|f| f.name.eq_ignore_ascii_case("transfer-encoding"))
+            .flat_map(|f| h1::tokens(f.value))
+            .rfind(|t| !t.is_empty())
+            .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
+        if !chunked || !h1::oversized_size(&buf[len..]) {
+            return None;
+        }
+        Refusal::ChunkTooLarge
     };
-    let target = r.path.filter(|t| t.contains('#'))?;
     let method = http::Method::from_bytes(r.method?.as_bytes()).ok()?;
-    Some((method, target.split(['?', '#']).next().unwrap_or(target)))
+    let path = target.split(['?', '#']).next().unwrap_or(target);
+    Some((method, path, refusal))
 }
 
 /// Why a client request must be refused before it reaches a backend, and with which

@@ -10,7 +10,9 @@ fn an_oversized_chunk_is_found_behind_a_chunked_head_only() {
     let big = "8000000000000000\r\nhello";
     let with = |head: &str| format!("{head}\r\n{big}");
     let found = |raw: String| {
-        framing::oversized_chunk(raw.as_bytes()).map(|(m, p)| (m.to_string(), p.to_string()))
+        framing::refused_head(raw.as_bytes())
+            .filter(|(_, _, r)| *r == framing::Refusal::ChunkTooLarge)
+            .map(|(m, p, _)| (m.to_string(), p.to_string()))
     };
     assert_eq!(
         found(with(
@@ -48,7 +50,9 @@ fn an_oversized_chunk_is_found_behind_a_chunked_head_only() {
 #[test]
 fn a_fragment_is_found_in_a_whole_head_only() {
     let found = |raw: &str| {
-        framing::fragment_target(raw.as_bytes()).map(|(m, p)| (m.to_string(), p.to_string()))
+        framing::refused_head(raw.as_bytes())
+            .filter(|(_, _, r)| *r == framing::Refusal::Fragment)
+            .map(|(m, p, _)| (m.to_string(), p.to_string()))
     };
     let at = |m: &str, p: &str| Some((m.to_string(), p.to_string()));
     assert_eq!(
