@@ -61,7 +61,8 @@
 #                  (callgrind) over INSTR_REQUESTS requests: the same count whatever the
 #                  host is doing, where req/s moves 10% from round to round;
 #                  KEEP_CALLGRIND=DIR keeps each run's callgrind dump there (read it
-#                  with callgrind_annotate --inclusive=yes for a request's budget)
+#                  with callgrind_annotate --inclusive=yes for a request's budget);
+#                  INSTR_BODY=N sends POSTs with an N-byte body instead of GETs
 #
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
 #   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
@@ -81,7 +82,7 @@ set -euo pipefail
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
 # With none of them set, grep finds nothing: not an error.
-COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|INSTR_BODY|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -105,6 +106,7 @@ RUN_ROUTES=0
 CHURN_HZ=${CHURN_HZ:-10}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
+INSTR_BODY=${INSTR_BODY:-0}           # instructions: POST bodies of this many bytes (0: GET)
 CAP_PERCENT=${CAP_PERCENT:-50}        # peak_capped: the proxy's CPU quota, % of one CPU
 CAP_PERIOD_US=${CAP_PERIOD_US:-100000} # ... over this period (the node's cpu_cfs_period_us)
 REF=${REF:-haproxy-reuse}             # the target ratios are computed against
@@ -1111,20 +1113,24 @@ scenario_idle_memory() {
     ((open == IDLE_CONNS)) || log "only $open of $IDLE_CONNS idle connections opened against $target"
 }
 
-SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted"
+SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted$(if ((INSTR_BODY > 0)); then echo "; POSTs with a $INSTR_BODY-byte body"; fi)"
 SCENARIO_COLS[instructions]="requests instr/req errors"
 SCENARIO_TARGETS[instructions]="gearlb gearlb-alt haproxy-close haproxy-reuse"
 SCENARIO_METRIC[instructions]="instr/req"
 SCENARIO_BETTER[instructions]=lower
 scenario_instructions() {
-    local url=$2/ out=$3 pid dump ir ok errors
+    local url=$2/ out=$3 pid dump ir ok errors ask=()
     pid=$(target_pid "$1")
-    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" "$url" >"$out.warmup" 2>&1 ||
+    if ((INSTR_BODY > 0)); then
+        head -c "$INSTR_BODY" /dev/zero | tr '\0' 'x' >"$TMP/instr-body"
+        ask=(-m POST -D "$TMP/instr-body")
+    fi
+    "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" "${ask[@]}" "$url" >"$out.warmup" 2>&1 ||
         die "oha warm-up against $url failed: $(cat "$out.warmup")"
     callgrind_control -i on "$pid" >"$out.ctl" 2>&1 ||
         die "callgrind_control -i on $pid failed: $(cat "$out.ctl")"
     "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui --output-format json -n "$INSTR_REQUESTS" \
-        -c "$CONNECTIONS" "$url" >"$out" 2>"$out.err" ||
+        -c "$CONNECTIONS" "${ask[@]}" "$url" >"$out" 2>"$out.err" ||
         die "oha against $url failed: $(cat "$out.err")"
     rm -f "$TMP/callgrind.$pid".*
     callgrind_control -d "$pid" >>"$out.ctl" 2>&1 ||

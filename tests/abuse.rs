@@ -227,6 +227,55 @@ async fn slowloris_heads_are_cut_at_the_request_header_timeout() {
     assert_eq!(b.requests(), 1, "only the normal request reached the gear");
 }
 
+/// A body with a length that stops coming (a slow POST) is held at the balancer, not
+/// passed on: the connection is cut at `timeouts.request_header`, as a head that stops
+/// coming is, and the gear never sees the request, nor a part of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stops_coming_is_cut_at_the_request_header_timeout() {
+    let gear =
+        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
+            .await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", gear.addr)],
+            "[timeouts]\nrequest_header = \"1s\"\n[health]\nenabled = false",
+        ),
+    );
+    let proxy = lb.proxy;
+    let took = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(proxy).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let t = Instant::now();
+        s.write_all(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        (t.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+    })
+    .await
+    .unwrap();
+    let (took, answer) = took;
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(5),
+        "the connection lasted {took:?} (request_header is 1s)"
+    );
+    assert!(answer.is_empty() || status_of(&answer) == 408, "{answer:?}");
+    // The same request with its whole body goes through at once.
+    let out = raw(
+        proxy,
+        b"POST /whole HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        Duration::from_secs(5),
+    );
+    assert_eq!(status_of(&out), 200, "{out:?}");
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 1, "only the whole request reached the gear");
+    assert!(seen[0].head.starts_with("POST /whole "));
+    assert_eq!(seen[0].body, b"abc");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_do_not_read_do_not_pin_memory() {
     const SIZE: u64 = 256 << 20;

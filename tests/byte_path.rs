@@ -32,9 +32,9 @@ async fn echo_gear() -> Scripted {
     .await
 }
 
-/// Pipelined requests, some for the byte path and some for hyper (a body, `Expect`),
-/// sent in one write: every one answered, in order, each body where it belongs; and
-/// after the connection parked, the byte path again.
+/// Pipelined requests, some for the byte path (a body with a length too) and some for
+/// hyper (a chunked body), sent in one write: every one answered, in order, each body
+/// where it belongs; and after the connection parked, the byte path again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_of_both_paths_keep_their_order_on_one_connection() {
     use std::io::Write;
@@ -47,7 +47,7 @@ async fn requests_of_both_paths_keep_their_order_on_one_connection() {
         b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n\
           POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
           GET /3 HTTP/1.1\r\nHost: x\r\n\r\n\
-          GET /4 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+          POST /4 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nxyz\r\n0\r\n\r\n",
     )
     .unwrap();
     let mut rest = Vec::new();
@@ -64,13 +64,17 @@ async fn requests_of_both_paths_keep_their_order_on_one_connection() {
     assert_eq!(body, "/5");
     let seen = gear.seen();
     assert_eq!(seen[1].body, b"abc", "the upload went with its request");
+    assert_eq!(
+        seen[3].body, b"xyz",
+        "the chunked upload went with its request"
+    );
     let seen: Vec<String> = seen
         .iter()
         .map(|r| r.head.lines().next().unwrap_or_default().to_string())
         .collect();
     let want: Vec<String> = (1..=5)
         .map(|i| {
-            let m = if i == 2 { "POST" } else { "GET" };
+            let m = if i == 2 || i == 4 { "POST" } else { "GET" };
             format!("{m} /{i} HTTP/1.1")
         })
         .collect();
@@ -87,8 +91,9 @@ fn fields(head: &str) -> BTreeSet<String> {
 }
 
 /// The same gear response through the byte path (a plain GET) and through hyper's
-/// server (the same GET with `Content-Length: 0`): the same status line and fields, and
-/// the gear sees the same request fields from both.
+/// server (the same GET with a `Connection` field that names another field, which the
+/// byte path leaves to hyper): the same status line and fields, and the gear sees the
+/// same request fields from both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_is_the_same_whichever_path_its_request_took() {
     let gear = Scripted::start(|_| {
@@ -106,7 +111,7 @@ async fn a_response_is_the_same_whichever_path_its_request_took() {
     );
     let hyper = raw(
         lb.proxy,
-        b"GET /same HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        b"GET /same HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: close, x-drop\r\nX-Drop: 1\r\n\r\n",
         Duration::from_secs(5),
     );
     let (bh, bb) = bytes.split_once("\r\n\r\n").expect("a response");
@@ -157,8 +162,8 @@ async fn a_status_without_a_standard_reason_keeps_the_gears_reason_on_both_paths
         ("/599", "HTTP/1.1 599 "),
         ("/404", "HTTP/1.1 404 Not Found"),
     ] {
-        // The byte path (no body), then hyper's server (`Content-Length: 0`).
-        for extra in ["", "Content-Length: 0\r\n"] {
+        // The byte path, then hyper's server (a `Connection` field naming a field).
+        for extra in ["", "Connection: x-drop\r\n"] {
             let out = raw(
                 lb.proxy,
                 format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n")
@@ -192,8 +197,8 @@ async fn a_chunked_body_broken_at_its_start_is_a_502_and_the_connection_goes_on(
     let dir = workdir();
     let lb = lb_for(dir.path(), gear.addr);
     for path in ["/hex", "/lf", "/short"] {
-        // The byte path (no body), then hyper's server (`Content-Length: 0`).
-        for extra in ["", "Content-Length: 0\r\n"] {
+        // The byte path, then hyper's server (a `Connection` field naming a field).
+        for extra in ["", "Connection: x-drop\r\n"] {
             let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let ask = format!(
@@ -208,4 +213,90 @@ async fn a_chunked_body_broken_at_its_start_is_a_502_and_the_connection_goes_on(
             assert_eq!(body, "ok", "{path} {extra:?}");
         }
     }
+}
+
+/// Bodies with a length reach the gear whole and framed by their length, on one
+/// keep-alive connection: a body written in pieces after its head, a request pipelined
+/// behind a body, `Content-Length: 0`, the longest body the byte path reads whole
+/// (16 KiB) and one byte more (hyper's server, streamed). Each answer comes in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_with_a_length_reach_the_gear_whole() {
+    use std::io::Write;
+    let gear = echo_gear().await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    // The head, then the body in two pieces.
+    for piece in [
+        &b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\n"[..],
+        b"hello",
+        b" world",
+    ] {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A body and the request behind it, in one write; then `Content-Length: 0`.
+    s.write_all(
+        b"PUT /b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabcGET /c HTTP/1.1\r\nHost: x\r\n\r\n\
+          POST /d HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
+    // 16 KiB, then one byte more.
+    let payload = |len: usize| -> String {
+        (0..len)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect()
+    };
+    let sizes = [16 * 1024, 16 * 1024 + 1];
+    for (i, len) in sizes.into_iter().enumerate() {
+        let ask = format!(
+            "POST /big{i} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n{}",
+            payload(len)
+        );
+        s.write_all(ask.as_bytes()).unwrap();
+    }
+    for want in ["/a", "/b", "/c", "/d", "/big0", "/big1"] {
+        let (head, body) = read_head_and_body(&mut s, &mut rest);
+        assert!(head.starts_with("HTTP/1.1 200"), "{want}: {head}");
+        assert_eq!(body, want);
+    }
+    let seen = gear.seen();
+    let got: Vec<(String, Option<String>, Vec<u8>)> = seen
+        .iter()
+        .map(|r| {
+            let line = r.head.lines().next().unwrap_or_default().to_string();
+            (line, r.header("content-length"), r.body.clone())
+        })
+        .collect();
+    let want = [
+        ("POST /a HTTP/1.1", Some("11"), b"hello world".to_vec()),
+        ("PUT /b HTTP/1.1", Some("3"), b"abc".to_vec()),
+        ("GET /c HTTP/1.1", None, Vec::new()),
+        ("POST /d HTTP/1.1", Some("0"), Vec::new()),
+        (
+            "POST /big0 HTTP/1.1",
+            Some("16384"),
+            payload(sizes[0]).into_bytes(),
+        ),
+        (
+            "POST /big1 HTTP/1.1",
+            Some("16385"),
+            payload(sizes[1]).into_bytes(),
+        ),
+    ];
+    let want: Vec<(String, Option<String>, Vec<u8>)> = want
+        .into_iter()
+        .map(|(l, n, b)| (l.to_string(), n.map(str::to_string), b))
+        .collect();
+    assert!(
+        got == want,
+        "the gear got {:?}",
+        got.iter()
+            .map(|(l, n, b)| (l, n, b.len()))
+            .collect::<Vec<_>>()
+    );
+    assert!(seen.iter().all(|r| r.header("transfer-encoding").is_none()));
 }

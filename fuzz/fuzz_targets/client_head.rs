@@ -1,13 +1,14 @@
 //! What a client sends on the byte path: `forward::head::read` (which request heads the
 //! byte path takes) and `forward::head::write_upstream` (the head a gear gets).
 //!
-//! Oracle: no panic; a head the byte path takes is taken from the same bytes read in
-//! any prefix as incomplete first, never as something else; its length is within the
-//! input; the head written for the gear is one complete HTTP/1.1 request head with the
+//! Oracle: no panic; a head the byte path takes (with the body its `Content-Length`
+//! gives, read whole) is taken from the same bytes read in any prefix, the head's or
+//! the body's, as incomplete first, never as something else; it ends within the input; the head written for the gear is one complete HTTP/1.1 request head with the
 //! same method and target; and it carries the same fields (each name's values in the
 //! same order) as the `HeaderMap` path's head for the same request under the same
 //! settings (`http::Request` built from the same parse, `Sticky::take`,
-//! `prepare_request`, `encode_request_head`). A head `http` would refuse (a name or value
+//! `prepare_request`, `request_framing` for a body of the length taken,
+//! `encode_request_head`). A head `http` would refuse (a name or value
 //! it does not take) must not be taken by the byte path either: the builder's refusal
 //! fails the oracle. `forward::framing::refused_head` (a head refused for a chunk size
 //! in the bytes read with it, or for its target's fragment) never panics and finds only
@@ -83,10 +84,11 @@ fuzz_target!(|data: &[u8]| {
     let Read::Head(h) = read(bytes, &mut slots, credential, LIMIT) else {
         return;
     };
-    assert!(h.len <= bytes.len());
-    // Every shorter prefix of the head is incomplete, not another request.
-    for cut in [0, 1, h.len / 2, h.len.saturating_sub(1)] {
-        if cut < h.len {
+    assert!(h.end() <= bytes.len());
+    assert_eq!(h.body.len(), h.length.unwrap_or(0));
+    // Every shorter prefix of the request is incomplete, not another request.
+    for cut in [0, 1, h.len / 2, h.len.saturating_sub(1), h.len, h.end().saturating_sub(1)] {
+        if cut < h.end() {
             let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
             assert!(
                 matches!(read(&bytes[..cut], &mut s, credential, LIMIT), Read::Partial),
@@ -127,7 +129,8 @@ fuzz_target!(|data: &[u8]| {
     let (mut parts, ()) = b.body(()).expect("a request http takes").into_parts();
     let cookie_map = rw.sticky.and_then(|s| s.take(&mut parts.headers));
     prepare_request(&mut parts, &client, input.trust, set);
-    let framing = h1::request_framing(&mut parts.headers, true, Some(0));
+    let body = h.body.len() as u64;
+    let framing = h1::request_framing(&mut parts.headers, body == 0, Some(body));
     let mut map = BytesMut::new();
     h1::encode_request_head(&parts, framing, &mut map);
 

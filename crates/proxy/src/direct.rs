@@ -1,5 +1,6 @@
 //! A request on the byte path, from its head's bytes to its response head's: the
-//! service routed to, the head rewritten as bytes ([`forward::head`]), the backend's
+//! service routed to, the head rewritten as bytes ([`forward::head`]) and sent with the
+//! body read whole behind it (framed by its length, as it came), the backend's
 //! answer ([`super::dispatch`], the same attempts and retries as hyper's requests), and
 //! the client's head written from the answer's bytes ([`h1::write_reply`]), with the
 //! body that follows it. No `HeaderMap` is built on the way but for a local answer (an
@@ -10,7 +11,7 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::{header, Method};
 
 use super::attempt::{idempotent, Replay};
@@ -90,13 +91,20 @@ async fn forward(
     let head = out.freeze();
 
     let (now, pinned) = sticky_pin(sticky, cookie, router);
+    // A body came whole with its head: framed by its length, as hyper's path frames a
+    // body whose length is known (`Content-Length: 0` included).
+    let framing = h
+        .length
+        .map_or(ReqFraming::Empty, |n| ReqFraming::Length(n as u64));
+    let body = (!h.body.is_empty()).then(|| Bytes::copy_from_slice(h.body));
     let outgoing = || Outgoing {
         head: head.clone(),
         method: h.method.clone(),
-        framing: ReqFraming::Empty,
-        body: ReqBody::Empty,
+        framing,
+        body: body.clone().map_or(ReqBody::Empty, ReqBody::Whole),
     };
-    let replay = idempotent(&h.method).then(|| Replay(outgoing()));
+    // Sent again on another gear only without a body, as on hyper's path.
+    let replay = (idempotent(&h.method) && body.is_none()).then(|| Replay(outgoing()));
     let push = |hd: &h1::Head| conn.push_interim(hd);
     let d = Dispatch {
         conn,

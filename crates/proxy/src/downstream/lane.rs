@@ -1,9 +1,12 @@
 //! The byte path of a plain HTTP/1.1 client connection: request heads read into one
-//! buffer and parsed once ([`forward::head::read`](crate::forward::head::read)), each
-//! answered by [`crate::direct`], its response head and body written here; keep-alive
-//! and pipelined requests one after the other; parking and the stop between requests.
+//! buffer and parsed once ([`forward::head::read`](crate::forward::head::read)), with
+//! a small body of a given length read whole behind its head (the head's own time,
+//! `request_header`, bounds it), each answered by [`crate::direct`], its response head
+//! and body written here; keep-alive and pipelined requests one after the other;
+//! parking and the stop between requests.
 //!
-//! Everything the byte path does not take (a body, an upgrade, `Expect`, HTTP/1.0,
+//! Everything the byte path does not take (a chunked or longer body, an upgrade,
+//! `Expect`, HTTP/1.0,
 //! HTTP/2's preface, a malformed or oversized head) goes to hyper's server with the
 //! bytes read so far ([`LaneEnd::Hyper`]), which serves the rest of the connection; a
 //! connection that parks comes back here when its next bytes arrive. A head hyper
@@ -89,7 +92,7 @@ pub(super) async fn serve(
                     let wait = state.wait.clone();
                     let serving = direct::serve(&state, &h, &wait, &stop);
                     let answer = with_interims(&mut io, &state, serving).await;
-                    Some(Some((h.len, answer, frontend, false)))
+                    Some(Some((h.end(), answer, frontend, false)))
                 }
             }
         };

@@ -4,11 +4,14 @@
 //! to the backend as its own fields with the balancer's edits ([`write_upstream`]).
 //!
 //! The byte path takes the plain, common request only: HTTP/1.1, origin-form target,
-//! one `Host`, no body (no `Content-Length`, no `Transfer-Encoding`), no `Expect`, no
-//! upgrade, no `TE`, and a `Connection` field that says only `close` or `keep-alive`.
-//! Anything else ([`Read::Other`]) goes to hyper's server with the bytes read so far,
-//! where every rule of [`super::request`] applies: the byte path decides nothing those
-//! rules would decide differently.
+//! one `Host`, no `Transfer-Encoding`, at most one `Content-Length` field whose value is
+//! a plain decimal of at most [`LANE_BODY_MAX`] (the body is read whole before the
+//! request goes on: [`Read::Partial`] until it is in), no `Expect`, no upgrade, no
+//! `TE`, and a `Connection` field that says only `close` or `keep-alive`. Anything else
+//! ([`Read::Other`]) goes to hyper's server with the bytes read so far, where every rule
+//! of [`super::request`] applies: the byte path decides nothing those rules would decide
+//! differently (a longer body, a length written twice or with a sign, a chunked body
+//! are all hyper's).
 //!
 //! The edits are those of [`super::prepare_request`] on the same request: hop-by-hop
 //! fields dropped, the sticky cookie taken out of `Cookie`, the forwarding fields set
@@ -30,9 +33,15 @@ pub const LANE_FIELDS: usize = 48;
 /// Longest head the byte path waits for; a longer one goes to hyper with what was read.
 pub const LANE_HEAD_MAX: usize = 16 * 1024;
 
+/// Longest `Content-Length` body the byte path reads whole before the request goes on
+/// (within `limits.request_header`'s time, as its head); a longer one is hyper's,
+/// streamed to the gear as it comes.
+pub const LANE_BODY_MAX: usize = 16 * 1024;
+
 /// What the start of a connection's buffer holds.
 pub enum Read<'h, 'b> {
-    /// Part of a head that the byte path may still take: read more.
+    /// Part of a head that the byte path may still take, or a head it takes without all
+    /// of its body yet: read more.
     Partial,
     /// A head (or bytes) for hyper's server.
     Other,
@@ -53,8 +62,12 @@ struct Present {
 
 /// A complete request head the byte path takes: slices of the connection's buffer.
 pub struct ClientHead<'h, 'b> {
-    /// The head's length in the buffer (what follows is the next request's).
+    /// The head's length in the buffer (its body follows, then the next request).
     pub len: usize,
+    /// The `Content-Length` field's value, when it has one.
+    pub length: Option<usize>,
+    /// The body: the `length` bytes after the head, read whole.
+    pub body: &'b [u8],
     pub method: Method,
     /// Origin-form: path and query, as sent.
     pub target: &'b str,
@@ -69,6 +82,11 @@ pub struct ClientHead<'h, 'b> {
 }
 
 impl<'b> ClientHead<'_, 'b> {
+    /// Where the request (head and body) ends in the buffer.
+    pub fn end(&self) -> usize {
+        self.len + self.body.len()
+    }
+
     /// A field's whole line as it came, when it is `name: value\r\n` exactly.
     fn line(&self, f: &httparse::Header<'b>) -> Option<&'b [u8]> {
         let base = self.buf.as_ptr() as usize;
@@ -115,6 +133,17 @@ fn origin_form(t: &[u8]) -> bool {
     }
 }
 
+/// A `Content-Length` value the byte path takes: digits only, no leading zero (`0`
+/// itself excepted), at most [`LANE_BODY_MAX`].
+fn body_length(v: &[u8]) -> Option<usize> {
+    let plain = !v.is_empty() && v.len() <= 5 && v.iter().all(u8::is_ascii_digit);
+    if !plain || (v.len() > 1 && v[0] == b'0') {
+        return None;
+    }
+    let n = v.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0'));
+    (n <= LANE_BODY_MAX).then_some(n)
+}
+
 /// Read the head at the start of `buf`, its fields into `slots`; `credential` is the
 /// balancers' own protocol's header (such a request is hyper's path's to refuse);
 /// `max_head` is `limits.max_header_size` (a longer head is hyper's to refuse).
@@ -149,6 +178,7 @@ pub fn read<'h, 'b>(
     }
     let fields: &'h [httparse::Header<'b>] = r.headers;
     let mut host = None;
+    let mut length = None;
     let mut close = false;
     let mut present = Present::default();
     for f in fields {
@@ -176,7 +206,11 @@ pub fn read<'h, 'b>(
                     }
                 }
             }
-            14 if is("content-length") => return Read::Other,
+            14 if is("content-length") => match (length, body_length(f.value)) {
+                (None, Some(n)) => length = Some(n),
+                // Written twice, too long, or not a plain decimal: hyper's to judge.
+                _ => return Read::Other,
+            },
             15 if is("x-forwarded-for") => present.xff = true,
             16 if is("x-forwarded-host") || is("x-forwarded-port") => {
                 present.host |= is("x-forwarded-host");
@@ -195,8 +229,14 @@ pub fn read<'h, 'b>(
     let Some(host) = host else {
         return Read::Other;
     };
+    let end = len + length.unwrap_or(0);
+    let Some(body) = buf.get(len..end) else {
+        return Read::Partial;
+    };
     Read::Head(ClientHead {
         len,
+        length,
+        body,
         method,
         target,
         host,

@@ -41,7 +41,7 @@ fn by_bytes(raw: &[u8], rw: &Rewrite<'_>) -> (Vec<u8>, Option<Vec<u8>>) {
     let Read::Head(h) = read(raw, &mut slots, "gearlb-gossip-auth", LIMIT) else {
         panic!("not taken: {}", String::from_utf8_lossy(raw));
     };
-    assert_eq!(h.len, raw.len());
+    assert_eq!(h.end(), raw.len());
     let mut out = BytesMut::new();
     let cookie = write_upstream(&h, rw, &mut out);
     (out.to_vec(), cookie)
@@ -51,7 +51,9 @@ fn by_bytes(raw: &[u8], rw: &Rewrite<'_>) -> (Vec<u8>, Option<Vec<u8>>) {
 fn by_map(raw: &[u8], rw: &Rewrite<'_>) -> (Vec<u8>, Option<Vec<u8>>) {
     let mut slots = [httparse::EMPTY_HEADER; 64];
     let mut r = httparse::Request::new(&mut slots);
-    r.parse(raw).unwrap();
+    let len = r.parse(raw).unwrap().unwrap();
+    // The body after the head, as hyper's server would give it.
+    let body = (raw.len() - len) as u64;
     let mut b = http::Request::builder()
         .method(r.method.unwrap())
         .uri(r.path.unwrap());
@@ -64,7 +66,7 @@ fn by_map(raw: &[u8], rw: &Rewrite<'_>) -> (Vec<u8>, Option<Vec<u8>>) {
     let (mut parts, ()) = b.body(()).unwrap().into_parts();
     let cookie = rw.sticky.and_then(|s| s.take(&mut parts.headers));
     prepare_request(&mut parts, rw.client, rw.trust_forwarded, rw.set);
-    let framing = h1::request_framing(&mut parts.headers, true, Some(0));
+    let framing = h1::request_framing(&mut parts.headers, body == 0, Some(body));
     let mut out = BytesMut::new();
     h1::encode_request_head(&parts, framing, &mut out);
     (out.to_vec(), cookie)
@@ -81,6 +83,9 @@ const HEADS: &[&str] = &[
     "DELETE /d HTTP/1.1\r\nHost: a\r\nCookie: a=1; GEAR=web1; b=2\r\nCookie: GEAR=web2\r\nX-A: 1\r\nX-A: 2\r\n\r\n",
     "OPTIONS /o HTTP/1.1\r\nHost: a\r\nCookie: x=y\r\nAccept:  spaced  \r\n\r\n",
     "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: \u{e9}\r\nX-Forwarded-For: 1.1.1.1\r\n\r\n",
+    "POST /f HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc",
+    "PUT /f HTTP/1.1\r\nContent-Length: 0\r\nHost: a\r\nCookie: GEAR=web1\r\n\r\n",
+    "GET / HTTP/1.1\r\nHost: a\r\ncontent-length:  5 \r\n\r\nhello",
 ];
 
 #[test]
@@ -137,9 +142,19 @@ fn fields_keep_their_order_in_lower_case() {
 fn what_the_byte_path_leaves_to_hyper() {
     let other = [
         "GET / HTTP/1.0\r\nHost: a\r\n\r\n",
-        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
-        "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
         "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 03\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3 3\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x3\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 16385\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\nX-Secret: 1\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
@@ -223,6 +238,48 @@ fn pipelined_requests_are_read_one_head_at_a_time() {
         panic!("second head")
     };
     assert_eq!((h.target, h.close, h.len), ("/2", true, rest.len()));
+}
+
+/// A body with a length is read whole: the request is taken once all of it came (not
+/// before), it ends where its length says, and what follows is the next request's.
+#[test]
+fn a_body_is_read_whole_and_the_next_request_follows_it() {
+    let raw = b"POST /1 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET /2 HTTP/1.1\r\nHost: a\r\n\r\n";
+    let head = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    for cut in [head - 1, head, head + 1, head + 4] {
+        let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+        assert!(
+            matches!(read(&raw[..cut], &mut slots, "", LIMIT), Read::Partial),
+            "cut at {cut}"
+        );
+    }
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    let Read::Head(h) = read(raw, &mut slots, "", LIMIT) else {
+        panic!("first request")
+    };
+    assert_eq!(
+        (h.len, h.length, h.body, h.end()),
+        (head, Some(5), &b"hello"[..], head + 5)
+    );
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    let Read::Head(h) = read(&raw[head + 5..], &mut slots, "", LIMIT) else {
+        panic!("second request")
+    };
+    assert_eq!((h.target, h.length, h.body), ("/2", None, &b""[..]));
+    // The longest body the byte path reads whole, and `Content-Length: 0`.
+    let max = format!(
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {LANE_BODY_MAX}\r\n\r\n{}",
+        "x".repeat(LANE_BODY_MAX)
+    );
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    assert!(
+        matches!(read(max.as_bytes(), &mut slots, "", LIMIT), Read::Head(h) if h.body.len() == LANE_BODY_MAX)
+    );
+    let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
+    let zero = b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
+    assert!(
+        matches!(read(zero, &mut slots, "", LIMIT), Read::Head(h) if h.length == Some(0) && h.end() == zero.len())
+    );
 }
 
 #[test]

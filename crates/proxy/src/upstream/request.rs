@@ -62,6 +62,9 @@ pub enum ReqBody {
     Incoming(ClientBody),
     /// No body (requests rebuilt for a retry, health checks).
     Empty,
+    /// A body read whole with its head (the byte path's `Content-Length` bodies):
+    /// given as one data frame, then the end.
+    Whole(Bytes),
     /// A body fed by a unit test.
     #[cfg(test)]
     Test(http_body_util::channel::Channel<Bytes, hyper::Error>),
@@ -84,6 +87,7 @@ impl std::fmt::Debug for ReqBody {
                 .field("ended", &b.ended)
                 .finish(),
             ReqBody::Empty => f.write_str("Empty"),
+            ReqBody::Whole(b) => f.debug_tuple("Whole").field(&b.len()).finish(),
             #[cfg(test)]
             ReqBody::Test(b) => f.debug_tuple("Test").field(b).finish(),
         }
@@ -109,6 +113,8 @@ impl Body for ReqBody {
                 frame
             }
             ReqBody::Empty => Poll::Ready(None),
+            ReqBody::Whole(b) if b.is_empty() => Poll::Ready(None),
+            ReqBody::Whole(b) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(b))))),
             #[cfg(test)]
             ReqBody::Test(b) => Pin::new(b).poll_frame(cx),
         }
@@ -118,6 +124,7 @@ impl Body for ReqBody {
         match self {
             ReqBody::Incoming(b) => b.body.is_end_stream(),
             ReqBody::Empty => true,
+            ReqBody::Whole(b) => b.is_empty(),
             #[cfg(test)]
             ReqBody::Test(_) => false,
         }
@@ -127,6 +134,7 @@ impl Body for ReqBody {
         match self {
             ReqBody::Incoming(b) => b.body.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
+            ReqBody::Whole(b) => SizeHint::with_exact(b.len() as u64),
             #[cfg(test)]
             ReqBody::Test(_) => SizeHint::default(),
         }

@@ -253,3 +253,24 @@ async fn connect_refused_is_an_error() {
         .unwrap_err();
     assert!(matches!(err, ConnectError::Io(_)), "{err}");
 }
+
+/// A body read whole with its head (the byte path's): written after the head, framed by
+/// its length, and the exchange waits on the answer with nothing left to upload.
+#[tokio::test]
+async fn a_whole_body_follows_its_head() {
+    let io = tokio_test::io::Builder::new()
+        .write(POST6)
+        .write(b"abcdef")
+        .read(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n")
+        .build();
+    let mut conn = mock_conn(io);
+    let out = Outgoing {
+        head: Bytes::from_static(POST6),
+        method: http::Method::POST,
+        framing: ReqFraming::Length(6),
+        body: ReqBody::Whole(Bytes::from_static(b"abcdef")),
+    };
+    let a = send(&mut conn, out, &limits(60, 60), None).await.unwrap();
+    assert_eq!(a.head.status, 201);
+    assert!(a.upload.is_none());
+}
