@@ -131,7 +131,7 @@ async fn serve_http(
     let mut h1_conn = None::<ClientIo<TcpStream>>.map(&new_h1);
     let mut h1_slot: Option<Arc<OnceLock<(TcpStream, Handback)>>> = None;
     // The byte path (`lane`), serving plain HTTP/1.1 requests until one is hyper's.
-    let mut lane_conn: Option<Pin<Box<dyn Future<Output = LaneEnd> + Send>>> = None;
+    let mut lane_conn: Option<Pin<Box<dyn Future<Output = LaneEnd<TcpStream>> + Send>>> = None;
     let mut other_conn = None;
     let watchdog = tokio::time::sleep_until(at(clock.now_ms() + head_ms.min(client_ms)));
     tokio::pin!(watchdog);
@@ -188,6 +188,7 @@ async fn serve_http(
                         state.clone(),
                         stream,
                         shutdown.clone(),
+                        true,
                     )));
                     // Look again soon: to park once the request is answered.
                     let soon = at(clock.now_ms() + state.tick_ms).min(watchdog.deadline());

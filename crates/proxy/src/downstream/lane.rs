@@ -1,20 +1,21 @@
-//! The byte path of a plain HTTP/1.1 client connection: request heads read into one
-//! buffer and parsed once ([`forward::head::read`](crate::forward::head::read)), with
-//! a small body of a given length read whole behind its head (the head's own time,
-//! `request_header`, bounds it), each answered by [`crate::direct`], its response head
-//! and body written here; keep-alive and pipelined requests one after the other;
-//! parking and the stop between requests.
+//! The byte path of an HTTP/1.1 client connection, plain or inside TLS: request heads
+//! read into one buffer and parsed once
+//! ([`forward::head::read`](crate::forward::head::read)), with a small body of a given
+//! length read whole behind its head (the head's own time, `request_header`, bounds
+//! it), each answered by [`crate::direct`], its response head and body written here;
+//! keep-alive and pipelined requests one after the other; parking and the stop between
+//! requests.
 //!
 //! Everything the byte path does not take (a chunked or longer body, an upgrade,
-//! `Expect`, HTTP/1.0,
-//! HTTP/2's preface, a malformed or oversized head) goes to hyper's server with the
-//! bytes read so far ([`LaneEnd::Hyper`]), which serves the rest of the connection; a
-//! connection that parks comes back here when its next bytes arrive. A head hyper
-//! would take and mishandle is refused here instead ([`refused_head`]: a chunk size it
-//! would wait for, a target's fragment it would cut off): a 400, then the lingering
-//! close. The connection's
-//! watchdog ([`super::conn`]) keeps its timeouts as for hyper's: it looks at the same
-//! atomics, and drops this future to close.
+//! `Expect`, HTTP/1.0, HTTP/2's preface, a malformed or oversized head) goes to hyper's
+//! server with the bytes read so far ([`LaneEnd::Hyper`]), which serves the rest of the
+//! connection; a plain connection that parks comes back here when its next bytes arrive
+//! (one over TLS, [`super::tls`], never parks: it stays with hyper). A head hyper would
+//! take and mishandle is refused here instead ([`refused_head`]: a chunk size it would
+//! wait for, a target's fragment it would cut off): a 400, then the lingering close
+//! (plain) or the close (TLS). The connection's watchdog ([`super::conn`],
+//! [`super::tls`]) keeps its timeouts as for hyper's: it looks at the same atomics, and
+//! drops this future to close.
 //!
 //! Writes go through the same socket wrapper hyper's do ([`ClientIo`]): bytes counted,
 //! activity noted, the turn's write order and budget, interim responses, the client's
@@ -29,8 +30,7 @@ use std::task::Poll;
 
 use bytes::{Buf, BufMut, BytesMut};
 use http_body::Body as _;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::socket::ClientIo;
@@ -40,29 +40,31 @@ use crate::forward::head::{read, Read, LANE_FIELDS};
 use crate::h1::{self, Framing};
 use crate::session::{ConnState, FrontendRequest};
 
-/// How the byte path let go of a connection.
-pub(super) enum LaneEnd {
+/// How the byte path let go of a connection (`S`: the plain socket, or a TLS stream).
+pub(super) enum LaneEnd<S> {
     /// Closed: by the client, after `Connection: close`, at the stop, or on an error.
     Closed,
     /// Idle and asked to park: the socket, nothing read from it.
-    Parked(TcpStream),
+    Parked(S),
     /// For hyper's server: the socket, and what was read from it.
-    Hyper(TcpStream, BytesMut),
+    Hyper(S, BytesMut),
     /// Refused before its upload was read: the answer written and the write side shut;
     /// the rest of the upload is to be read and dropped (the lingering close, run by the
     /// connection task outside the watchdog, as for hyper's connections).
-    Linger(TcpStream),
+    Linger(S),
 }
 
 /// Most body bytes gathered behind a response head before they are written.
 const GATHER: usize = 16 * 1024;
 
-/// Serve `stream`'s requests until it closes, parks, or a request is hyper's.
-pub(super) async fn serve(
+/// Serve `stream`'s requests until it closes, parks (only if `may_park`: a plain
+/// connection), or a request is hyper's.
+pub(super) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     state: Arc<ConnState>,
-    stream: TcpStream,
+    stream: S,
     stop: CancellationToken,
-) -> LaneEnd {
+    may_park: bool,
+) -> LaneEnd<S> {
     let endpoint = state.ctx.endpoint.clone();
     let credential = endpoint
         .as_ref()
@@ -98,7 +100,7 @@ pub(super) async fn serve(
         };
         match step {
             None => return to_hyper(io, buf),
-            Some(None) => match fill(&mut io, &mut buf, &state, &stop).await {
+            Some(None) => match fill(&mut io, &mut buf, &state, &stop, may_park).await {
                 Fill::Read => {}
                 Fill::Park => {
                     return match io.into_inner() {
@@ -128,8 +130,8 @@ pub(super) async fn serve(
 
 /// Run `serving`, writing the interim responses (`103 Early Hints`) its exchange
 /// passes on as they come (the socket wrapper writes them when flushed).
-async fn with_interims<F: Future<Output = Answer>>(
-    io: &mut ClientIo<TcpStream>,
+async fn with_interims<S: AsyncWrite + Unpin, F: Future<Output = Answer>>(
+    io: &mut ClientIo<S>,
     state: &ConnState,
     serving: F,
 ) -> Answer {
@@ -147,7 +149,7 @@ async fn with_interims<F: Future<Output = Answer>>(
     .await
 }
 
-fn to_hyper(io: ClientIo<TcpStream>, buf: BytesMut) -> LaneEnd {
+fn to_hyper<S>(io: ClientIo<S>, buf: BytesMut) -> LaneEnd<S> {
     match io.into_inner() {
         Some(s) => LaneEnd::Hyper(s, buf),
         None => LaneEnd::Closed,
@@ -161,19 +163,23 @@ enum Fill {
 }
 
 /// Read more of the next head; between requests (nothing buffered), the stop closes
-/// the connection and a request to park parks it.
-async fn fill(
-    io: &mut ClientIo<TcpStream>,
+/// the connection and a request to park parks it (if it `may_park`).
+async fn fill<S: AsyncRead + Unpin>(
+    io: &mut ClientIo<S>,
     buf: &mut BytesMut,
     state: &ConnState,
     stop: &CancellationToken,
+    may_park: bool,
 ) -> Fill {
     poll_fn(|cx| {
         if buf.is_empty() {
             if stop.is_cancelled() {
                 return Poll::Ready(Fill::End);
             }
-            if state.park.load(Ordering::Relaxed) && state.in_flight.load(Ordering::Relaxed) == 0 {
+            if may_park
+                && state.park.load(Ordering::Relaxed)
+                && state.in_flight.load(Ordering::Relaxed) == 0
+            {
                 return Poll::Ready(Fill::Park);
             }
         }
@@ -191,8 +197,8 @@ async fn fill(
 
 /// Write a response: its head, then its body as it comes, framed as the head says.
 /// An error (the client gone, the body cut) ends the connection.
-async fn write_answer(
-    io: &mut ClientIo<TcpStream>,
+async fn write_answer<S: AsyncWrite + Unpin>(
+    io: &mut ClientIo<S>,
     answer: Answer,
     frontend: FrontendRequest,
 ) -> std::io::Result<()> {

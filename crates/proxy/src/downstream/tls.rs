@@ -1,6 +1,8 @@
 //! The downstream connection's task for a TLS connection: the handshake (bounded by
 //! `request_header`), then HTTP/1.1 or HTTP/2 by ALPN under the connection's watchdog,
-//! and the graceful stop. Never parked, no lingering close (see `LIFECYCLE.md`).
+//! and the graceful stop. HTTP/1.1 starts on the byte path ([`super::lane`]), as a
+//! plain connection does, and goes to hyper's server from the first request the byte
+//! path does not take. Never parked, no lingering close (see `LIFECYCLE.md`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::conn::serve_request;
+use super::lane::{self, LaneEnd};
 use super::protocol::h2_settings;
 use super::socket::ClientIo;
 use super::watchdog::{check_deadlines, StreamExec, GOAWAY_GRACE_MS};
@@ -29,9 +32,9 @@ use crate::session::Session;
 use crate::shared::{ProxyCtx, Settings};
 
 /// Serve one HTTPS client connection: TLS handshake (bounded by `request_header`), then
-/// HTTP/1.1 or HTTP/2 (by ALPN or preface) through hyper-util's auto builder, with the
-/// client inactivity timeout kept here. TLS connections are not parked. The `session`
-/// counts from before the handshake.
+/// HTTP/2 (by ALPN) through hyper-util's auto builder, or HTTP/1.1 on the byte path and
+/// then hyper's server, with the client inactivity timeout kept here. TLS connections
+/// are not parked. The `session` counts from before the handshake.
 pub(crate) async fn serve_tls_connection(
     ctx: &Arc<ProxyCtx>,
     session: Session,
@@ -77,24 +80,86 @@ pub(crate) async fn serve_tls_connection(
         head_ms: head.as_millis() as u64,
         h2,
     };
-    let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
     if h2 {
+        let io = TokioIo::new(ClientIo::new(stream, state.clone(), None));
         let mut b = auto::Builder::new(StreamExec(state.clone()));
         h2_settings(b.http2(), &settings);
         let conn = b.serve_connection_with_upgrades(io, service_fn(service));
         drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
     } else {
-        // HTTP/1.1: hyper's server as for plain connections, the request head timeout
-        // kept by the watchdog.
+        // HTTP/1.1: the byte path until a request it does not take, then hyper's server
+        // with the bytes read so far, as for plain connections; the request head
+        // timeout kept by the watchdog.
+        let served = lane::serve(state.clone(), stream, shutdown.clone(), false);
+        let Some((stream, read)) = lane_first(served, watched, watchdog).await else {
+            return;
+        };
+        let io = TokioIo::new(ClientIo::with_read(stream, state.clone(), None, read));
         let conn = settings
             .h1
             .serve_connection(io, service_fn(service))
             .with_upgrades();
+        let watchdog = tokio::time::sleep(Duration::from_millis(state.tick_ms));
         drive(conn, |c| c.graceful_shutdown(), watched, watchdog).await
     }
 }
 
+/// Run the byte path of a TLS connection under the watchdog until it lets go: the
+/// stream and the bytes read, for hyper's server, or `None` when the connection is to
+/// close (by the client, a timeout, the stop, or a refusal). At the stop it is polled
+/// at once: between requests it closes, a request in flight is answered with
+/// `connection: close`.
+async fn lane_first<S, F>(
+    served: F,
+    w: Watched<'_>,
+    watchdog: Sleep,
+) -> Option<(S, bytes::BytesMut)>
+where
+    F: Future<Output = LaneEnd<S>>,
+{
+    let clock = w.ctx.clock;
+    tokio::pin!(served);
+    tokio::pin!(watchdog);
+    // Within a tick, as on a plain connection: a request's wait on its gear is looked
+    // at while it lasts.
+    let tick = Duration::from_millis(w.state.tick_ms);
+    watchdog.as_mut().reset(Instant::now() + tick);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            biased;
+            end = served.as_mut() => {
+                return match end {
+                    LaneEnd::Hyper(stream, read) => Some((stream, read)),
+                    // Parking is for plain connections; a refusal closes at once here.
+                    LaneEnd::Closed | LaneEnd::Parked(_) | LaneEnd::Linger(_) => None,
+                };
+            }
+            // Polled again right after: the byte path looks at the stop itself.
+            _ = w.shutdown.cancelled(), if !stopping => stopping = true,
+            _ = &mut watchdog => {
+                let now = clock.now_ms();
+                match check_deadlines(w.state, now, w.client_ms, w.head_ms, false) {
+                    Ok(next) => {
+                        let next = next.min(now + w.state.tick_ms);
+                        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                        watchdog.as_mut().reset(Instant::now() + wait);
+                    }
+                    Err(counted) => {
+                        if counted {
+                            w.ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        debug!(client = %w.peer, "idle or slow client connection closed");
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// What the loop of a TLS connection looks at besides its connection object.
+#[derive(Clone, Copy)]
 struct Watched<'a> {
     ctx: &'a ProxyCtx,
     state: &'a ConnState,
