@@ -300,3 +300,40 @@ async fn bodies_with_a_length_reach_the_gear_whole() {
     );
     assert!(seen.iter().all(|r| r.header("transfer-encoding").is_none()));
 }
+
+/// A connection idle long enough to be asked to park, then a head that starts on the
+/// byte path and turns out to be hyper's (a chunked body) after a pause: hyper gets the
+/// whole request, the part read before the pause included. (It used to get an
+/// end-of-stream instead: the first part was dropped, and the rest read as a new
+/// request.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_handed_to_hyper_after_a_pause_arrives_whole() {
+    use std::io::Write;
+    let gear = echo_gear().await;
+    let dir = workdir();
+    let lb = lb_for(dir.path(), gear.addr);
+    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    s.write_all(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let (head, _) = read_head_and_body(&mut s, &mut rest);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Past the parking delay, then half a head, a pause past it again, the rest.
+    std::thread::sleep(Duration::from_millis(1200));
+    s.write_all(b"POST /2 HTTP/1.1\r\nHost: x\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    s.write_all(b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .unwrap();
+    let (head, body) = read_head_and_body(&mut s, &mut rest);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "/2");
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen[1].head.starts_with("POST /2 HTTP/1.1"),
+        "{}",
+        seen[1].head
+    );
+    assert_eq!(seen[1].body, b"hello");
+}

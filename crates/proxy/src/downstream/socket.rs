@@ -73,6 +73,8 @@ impl<S> ClientIo<S> {
         pre: bytes::BytesMut,
     ) -> Self {
         let mut io = ClientIo::new(inner, state, slot);
+        // What was read last is the end of `pre`: a half-read head is not a place to park.
+        push_tail(&mut io.tail, &pre);
         io.pre = pre;
         io
     }
@@ -104,11 +106,13 @@ impl<S> ClientIo<S> {
         }
     }
 
-    /// hyper holds no half-read request and no unsent response, and the task asked to
-    /// park (see the module docs).
+    /// hyper holds no half-read request and no unsent response, has read every byte
+    /// the byte path handed over with the socket, and the task asked to park (see the
+    /// module docs).
     fn may_park(&self) -> bool {
         let st = &self.state;
         self.slot.is_some()
+            && self.pre.is_empty()
             && st.park.load(Ordering::Relaxed)
             && st.in_flight.load(Ordering::Relaxed) == 0
             && !st.last_had_body.load(Ordering::Relaxed)
@@ -371,5 +375,38 @@ mod tests {
         let mut rb = ReadBuf::new(&mut buf);
         assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
         assert!(rb.filled().is_empty() && io.parked);
+    }
+
+    /// A head the byte path began and handed to hyper (the rest of it came later, and
+    /// the connection had been idle long enough to be asked to park meanwhile): hyper
+    /// gets those bytes and what follows them, never an end-of-stream that would drop
+    /// them and read the rest of the request as a new one.
+    #[tokio::test]
+    async fn bytes_handed_over_by_the_byte_path_are_read_before_any_park() {
+        let ctx = test_ctx();
+        let state = Arc::new(ConnState::new(
+            ctx.clone(),
+            test_session(&ctx),
+            ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
+            &gearlb_core::config::Config::default().timeouts,
+        ));
+        state.park.store(true, Ordering::Relaxed);
+        let (ours, mut client) = tokio::io::duplex(1024);
+        let pre = bytes::BytesMut::from(&b"POST /u HTTP/1.1\r\nHost: a\r\n"[..]);
+        let mut io = ClientIo::with_read(ours, state, Some(Arc::new(OnceLock::new())), pre);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut buf = [0u8; 64];
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
+        assert_eq!(rb.filled(), b"POST /u HTTP/1.1\r\nHost: a\r\n");
+        assert!(!io.parked);
+        // The rest of the head: still not a place to park until it ends.
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"Content-Length: 2\r\n")
+            .await
+            .unwrap();
+        let mut rb = ReadBuf::new(&mut buf);
+        assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
+        assert_eq!(rb.filled(), b"Content-Length: 2\r\n");
+        assert!(!io.parked);
     }
 }
