@@ -276,6 +276,56 @@ async fn a_body_that_stops_coming_is_cut_at_the_request_header_timeout() {
     assert_eq!(seen[0].body, b"abc");
 }
 
+/// The body's time counts from its head's end: on a keep-alive connection that waited
+/// most of `request_header` for its next head, a small body that takes less than
+/// `request_header` after its head still goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_gets_the_request_header_time_from_its_heads_end() {
+    let gear =
+        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
+            .await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(
+            dir.path(),
+            &[("web1", gear.addr)],
+            "[timeouts]\nrequest_header = \"2s\"\n[health]\nenabled = false",
+        ),
+    );
+    let proxy = lb.proxy;
+    let answers = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(proxy).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+        // 1.5 s of the 2 s for the next head, then the head and part of its body; the
+        // rest 1 s later (2.5 s after the last response, 1 s after the head).
+        std::thread::sleep(Duration::from_millis(1500));
+        s.write_all(
+            b"POST /late HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nConnection: close\r\n\r\nabc",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+        let _ = s.write_all(b"def");
+        let mut second = Vec::new();
+        let _ = s.read_to_end(&mut second);
+        (first, String::from_utf8_lossy(&second).into_owned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(status_of(&answers.0), 200, "{:?}", answers.0);
+    assert_eq!(status_of(&answers.1), 200, "{:?}", answers.1);
+    let seen = gear.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[1].head.starts_with("POST /late "));
+    assert_eq!(seen[1].body, b"abcdef");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_do_not_read_do_not_pin_memory() {
     const SIZE: u64 = 256 << 20;

@@ -2,8 +2,9 @@
 //! byte path takes) and `forward::head::write_upstream` (the head a gear gets).
 //!
 //! Oracle: no panic; a head the byte path takes (with the body its `Content-Length`
-//! gives, read whole) is taken from the same bytes read in any prefix, the head's or
-//! the body's, as incomplete first, never as something else; it ends within the input; the head written for the gear is one complete HTTP/1.1 request head with the
+//! gives, read whole) is taken from the same bytes read in any prefix as incomplete
+//! first (a part of the head; or the head, where the request ends, and part of the
+//! body), never as something else; it ends within the input; the head written for the gear is one complete HTTP/1.1 request head with the
 //! same method and target; and it carries the same fields (each name's values in the
 //! same order) as the `HeaderMap` path's head for the same request under the same
 //! settings (`http::Request` built from the same parse, `Sticky::take`,
@@ -86,12 +87,18 @@ fuzz_target!(|data: &[u8]| {
     };
     assert!(h.end() <= bytes.len());
     assert_eq!(h.body.len(), h.length.unwrap_or(0));
-    // Every shorter prefix of the request is incomplete, not another request.
+    // Every shorter prefix of the request is incomplete, not another request: a part of
+    // the head, or the whole head with part of the body, ending where this one does.
     for cut in [0, 1, h.len / 2, h.len.saturating_sub(1), h.len, h.end().saturating_sub(1)] {
-        if cut < h.end() {
-            let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
+        let mut s = [httparse::EMPTY_HEADER; LANE_FIELDS];
+        if cut < h.len {
             assert!(
                 matches!(read(&bytes[..cut], &mut s, credential, LIMIT), Read::Partial),
+                "prefix of {cut} bytes"
+            );
+        } else if cut < h.end() {
+            assert!(
+                matches!(read(&bytes[..cut], &mut s, credential, LIMIT), Read::Body(e) if e == h.end()),
                 "prefix of {cut} bytes"
             );
         }

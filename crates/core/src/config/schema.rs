@@ -154,7 +154,9 @@ pub struct Timeouts {
     pub server: Duration,
     /// Idle time of an upgraded connection (WebSocket). Default 1h.
     pub tunnel: Duration,
-    /// Time for a client to send a complete request head. Default 10s.
+    /// Time for a client to send a complete request head (and, counted again from the
+    /// head's end, a `Content-Length` body of at most 16 KiB, which plain HTTP/1.1 and
+    /// HTTP/1.1 over TLS read whole before forwarding). Default 10s.
     pub request_header: Duration,
     /// How long an idle pooled backend connection is kept. Default 4s, under the 5s
     /// keep-alive of Apache httpd, which serves most web gears.

@@ -1,8 +1,8 @@
 //! The byte path of an HTTP/1.1 client connection, plain or inside TLS: request heads
 //! read into one buffer and parsed once
 //! ([`forward::head::read`](crate::forward::head::read)), with a small body of a given
-//! length read whole behind its head (the head's own time, `request_header`, bounds
-//! it), each answered by [`crate::direct`], its response head and body written here;
+//! length read whole behind its head (within `request_header` again from the head's
+//! end), each answered by [`crate::direct`], its response head and body written here;
 //! keep-alive and pipelined requests one after the other; parking and the stop between
 //! requests.
 //!
@@ -79,8 +79,14 @@ pub(super) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     drop(settings);
     let mut io = ClientIo::new(stream, state.clone(), None);
     let mut buf = BytesMut::with_capacity(4096);
+    // Where the request whose head was read ends, while its body is still coming.
+    let mut body_end = None;
     loop {
-        let step = {
+        let step = if body_end.is_some_and(|end| buf.len() < end) {
+            // The head is whole (not parsed again until the body is): read on.
+            Some(None)
+        } else {
+            body_end = None;
             let mut slots = [httparse::EMPTY_HEADER; LANE_FIELDS];
             match read(&buf, &mut slots, credential, max_head) {
                 Read::Other => refused_head(&buf).map(|(method, path, refusal)| {
@@ -89,6 +95,14 @@ pub(super) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     Some((buf.len(), answer, frontend, true))
                 }),
                 Read::Partial => Some(None),
+                Read::Body(end) => {
+                    // The body gets `request_header` of its own, from its head's end
+                    // (the wait for the head counted from the last response).
+                    let now = state.ctx.clock.now_ms();
+                    state.idle_since.store(now, Ordering::Relaxed);
+                    body_end = Some(end);
+                    Some(None)
+                }
                 Read::Head(h) => {
                     let frontend = FrontendRequest::start(&state, false);
                     let wait = state.wait.clone();

@@ -8,7 +8,8 @@
 //!   [`Wait`](crate::wait::Wait)), marked expired here and answered `504` by the
 //!   request;
 //! - `request_header`: from the moment the connection waits for a request head (accept,
-//!   or the end of the previous response) until a complete head arrived; this also
+//!   or the end of the previous response) until a complete head arrived, and again
+//!   from a head's end for a small body the byte path reads whole behind it; this also
 //!   bounds how long an idle keep-alive connection is kept. Closed without a response,
 //!   as hyper's own header timeout would. An HTTP/2 connection is bounded so while it
 //!   has no stream open (then GOAWAY, and [`GOAWAY_GRACE_MS`] for it to go out), PINGs
@@ -38,7 +39,8 @@ pub(super) const GOAWAY_GRACE_MS: u64 = 1000;
 ///   it has none.
 /// - `request_header` (`head_ms`; HAProxy's `timeout http-request`, and
 ///   `http-keep-alive`): no request in flight for that long since the last one ended
-///   (or the accept): no complete head arrived. For HTTP/2 this bounds an idle
+///   (or the accept, or the byte path's head whose body it reads whole): no complete
+///   head, or body, arrived. For HTTP/2 this bounds an idle
 ///   connection however many PINGs keep it busy, and a HEADERS never completed.
 pub(super) fn check_deadlines(
     st: &ConnState,

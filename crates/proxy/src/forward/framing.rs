@@ -65,8 +65,8 @@ impl Refusal {
 /// The method, path (without the query or the fragment: as logged elsewhere, since a
 /// query may carry secrets) and [`Refusal`] of an HTTP/1 request head at the start of
 /// `buf` that the balancer answers with 400 at once, before anything is forwarded. The
-/// byte path reads a plain connection's heads first, so only it can see these: a head
-/// hyper reads itself (over TLS, or after one it served on the same connection) has its
+/// byte path reads an HTTP/1.1 connection's heads first, so only it can see these: a
+/// head hyper reads itself (after one it served on the same connection) has its
 /// fragment cut off, and a chunk size in a later read is hyper's to wait for (the client
 /// then meets its timeout; the bytes behind the size travel as data: nothing is
 /// smuggled either way).

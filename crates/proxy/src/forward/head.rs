@@ -6,7 +6,7 @@
 //! The byte path takes the plain, common request only: HTTP/1.1, origin-form target,
 //! one `Host`, no `Transfer-Encoding`, at most one `Content-Length` field whose value is
 //! a plain decimal of at most [`LANE_BODY_MAX`] (the body is read whole before the
-//! request goes on: [`Read::Partial`] until it is in), no `Expect`, no upgrade, no
+//! request goes on: [`Read::Body`] until it is in), no `Expect`, no upgrade, no
 //! `TE`, and a `Connection` field that says only `close` or `keep-alive`. Anything else
 //! ([`Read::Other`]) goes to hyper's server with the bytes read so far, where every rule
 //! of [`super::request`] applies: the byte path decides nothing those rules would decide
@@ -34,15 +34,17 @@ pub const LANE_FIELDS: usize = 48;
 pub const LANE_HEAD_MAX: usize = 16 * 1024;
 
 /// Longest `Content-Length` body the byte path reads whole before the request goes on
-/// (within `limits.request_header`'s time, as its head); a longer one is hyper's,
-/// streamed to the gear as it comes.
+/// (within `timeouts.request_header` from its head's end: the head's own bound, given
+/// again to the body); a longer one is hyper's, streamed to the gear as it comes.
 pub const LANE_BODY_MAX: usize = 16 * 1024;
 
 /// What the start of a connection's buffer holds.
 pub enum Read<'h, 'b> {
-    /// Part of a head that the byte path may still take, or a head it takes without all
-    /// of its body yet: read more.
+    /// Part of a head that the byte path may still take: read more.
     Partial,
+    /// A whole head the byte path takes, without all of its body yet: the request ends
+    /// at this offset of the buffer once the rest has come.
+    Body(usize),
     /// A head (or bytes) for hyper's server.
     Other,
     /// A complete head the byte path takes.
@@ -231,7 +233,7 @@ pub fn read<'h, 'b>(
     };
     let end = len + length.unwrap_or(0);
     let Some(body) = buf.get(len..end) else {
-        return Read::Partial;
+        return Read::Body(end);
     };
     Read::Head(ClientHead {
         len,
