@@ -919,3 +919,45 @@ async fn http1_over_tls_takes_the_byte_path_as_plain_http_does() {
         t.elapsed()
     );
 }
+
+/// A request over TLS that its gear never answers gets its 504 at `timeouts.server`,
+/// also when it comes on a connection whose watchdog was asleep until the idle
+/// deadline (`request_header`, far later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Connections are taken by the kernel and never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let cfg = tls_config(
+        dir.path(),
+        silent.local_addr().unwrap(),
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    )
+        + "[health]\nenabled = false\n[timeouts]\nserver = \"1s\"\nrequest_header = \"20s\"\n";
+    let g = Gearlb::start(dir.path(), &cfg);
+    let addr = tls_addr(&g);
+    let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+        .await
+        .unwrap();
+    // Idle for a moment: the watchdog sleeps until the idle deadline.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(8), s.read(&mut buf))
+        .await
+        .expect("an answer before the idle deadline")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "504 after {:?}",
+        t.elapsed()
+    );
+}

@@ -4,11 +4,12 @@
 //! plain connection does, and goes to hyper's server from the first request the byte
 //! path does not take. Never parked, no lingering close (see `LIFECYCLE.md`).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -106,9 +107,14 @@ pub(crate) async fn serve_tls_connection(
 
 /// Run the byte path of a TLS connection under the watchdog until it lets go: the
 /// stream and the bytes read, for hyper's server, or `None` when the connection is to
-/// close (by the client, a timeout, the stop, or a refusal). At the stop it is polled
-/// at once: between requests it closes, a request in flight is answered with
-/// `connection: close`.
+/// close (by the client, a timeout, the stop, or a refusal).
+///
+/// While a request is in flight the watchdog looks within a tick (its wait on the gear
+/// is kept, as on a plain connection); an idle connection sleeps to its deadline, and
+/// only then waits on the stop itself (a cancellation future takes a lock when polled:
+/// not on every wake-up of a busy connection, which sees the stop when its answer is
+/// written). At the stop the byte path is polled at once: between requests it closes,
+/// a request in flight is answered with `connection: close`.
 async fn lane_first<S, F>(
     served: F,
     w: Watched<'_>,
@@ -118,44 +124,47 @@ where
     F: Future<Output = LaneEnd<S>>,
 {
     let clock = w.ctx.clock;
-    tokio::pin!(served);
-    tokio::pin!(watchdog);
-    // Within a tick, as on a plain connection: a request's wait on its gear is looked
-    // at while it lasts.
     let tick = Duration::from_millis(w.state.tick_ms);
-    watchdog.as_mut().reset(Instant::now() + tick);
+    let stop = w.shutdown.cancelled();
+    tokio::pin!(served, watchdog, stop);
     let mut stopping = false;
-    loop {
-        tokio::select! {
-            biased;
-            end = served.as_mut() => {
-                return match end {
-                    LaneEnd::Hyper(stream, read) => Some((stream, read)),
-                    // Parking is for plain connections; a refusal closes at once here.
-                    LaneEnd::Closed | LaneEnd::Parked(_) | LaneEnd::Linger(_) => None,
-                };
+    poll_fn(|cx| loop {
+        if let Poll::Ready(end) = served.as_mut().poll(cx) {
+            return Poll::Ready(match end {
+                LaneEnd::Hyper(stream, read) => Some((stream, read)),
+                // Parking is for plain connections; a refusal closes at once here.
+                LaneEnd::Closed | LaneEnd::Parked(_) | LaneEnd::Linger(_) => None,
+            });
+        }
+        if w.state.in_flight.load(Ordering::Relaxed) > 0 {
+            let soon = Instant::now() + tick;
+            if watchdog.deadline() > soon {
+                watchdog.as_mut().reset(soon);
             }
-            // Polled again right after: the byte path looks at the stop itself.
-            _ = w.shutdown.cancelled(), if !stopping => stopping = true,
-            _ = &mut watchdog => {
-                let now = clock.now_ms();
-                match check_deadlines(w.state, now, w.client_ms, w.head_ms, false) {
-                    Ok(next) => {
-                        let next = next.min(now + w.state.tick_ms);
-                        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
-                        watchdog.as_mut().reset(Instant::now() + wait);
-                    }
-                    Err(counted) => {
-                        if counted {
-                            w.ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                        }
-                        debug!(client = %w.peer, "idle or slow client connection closed");
-                        return None;
-                    }
+        } else if !stopping && stop.as_mut().poll(cx).is_ready() {
+            // The byte path looks at the stop itself: poll it again.
+            stopping = true;
+            continue;
+        }
+        if watchdog.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let now = clock.now_ms();
+        match check_deadlines(w.state, now, w.client_ms, w.head_ms, false) {
+            Ok(next) => {
+                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                watchdog.as_mut().reset(Instant::now() + wait);
+            }
+            Err(counted) => {
+                if counted {
+                    w.ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
                 }
+                debug!(client = %w.peer, "idle or slow client connection closed");
+                return Poll::Ready(None);
             }
         }
-    }
+    })
+    .await
 }
 
 /// What the loop of a TLS connection looks at besides its connection object.
