@@ -961,3 +961,41 @@ async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
         t.elapsed()
     );
 }
+
+/// A request the byte path refuses before its upload is read (an oversized chunk size),
+/// over TLS: a client that sends its whole upload before it reads gets it all sent and
+/// then reads the 400 (the lingering close), not a reset that cuts its writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_upload_over_tls_is_read_and_dropped_before_the_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    ) + "[health]\nenabled = false\n";
+    let g = Gearlb::start(dir.path(), &cfg);
+    let addr = tls_addr(&g);
+    let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+        .await
+        .unwrap();
+    // Far more than the socket buffers on both sides hold.
+    let mut upload =
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\n"
+            .to_vec();
+    upload.resize(upload.len() + (16 << 20), b'a');
+    let sent = tokio::time::timeout(Duration::from_secs(30), s.write_all(&upload))
+        .await
+        .expect("the upload is taken")
+        .map_err(|e| e.to_string());
+    let _ = s.flush().await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out)).await;
+    assert_eq!(sent, Ok(()), "the upload was cut");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert_eq!(b.requests(), 0, "nothing reached the gear");
+}

@@ -13,7 +13,7 @@
 //! (one over TLS, [`super::tls`], never parks: it stays with hyper). A head hyper would
 //! take and mishandle is refused here instead ([`refused_head`]: a chunk size it would
 //! wait for, a target's fragment it would cut off): a 400, then the lingering close
-//! (plain) or the close (TLS). The connection's watchdog ([`super::conn`],
+//! (plain or TLS). The connection's watchdog ([`super::conn`],
 //! [`super::tls`]) keeps its timeouts as for hyper's: it looks at the same atomics, and
 //! drops this future to close.
 //!

@@ -9,14 +9,14 @@
 //! and whatever the client still sends is read and thrown away ([`linger`]) until it
 //! closes, or is silent for [`LINGER_READ`], or [`LINGER_TOTAL`] passed, or the balancer
 //! stops ([`close`]). The byte path does the same after a request it refuses before its
-//! upload (`super::lane::LaneEnd::Linger`). The connection task runs it outside its
-//! watchdog. TLS and HTTP/2 connections close at once.
+//! upload (`super::lane::LaneEnd::Linger`), on a plain connection or inside TLS. The
+//! connection task runs it outside its watchdog. HTTP/2 connections, and TLS ones that
+//! hyper closes, close at once.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::AsyncRead;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -31,7 +31,11 @@ pub(super) const LINGER_TOTAL: Duration = Duration::from_secs(30);
 /// The lingering close of a client connection whose write side is shut: the rest of
 /// the upload read and thrown away ([`linger`]; counted as received), until the stop at
 /// the latest; the socket is closed when dropped.
-pub(super) async fn close(mut stream: TcpStream, state: &ConnState, stop: &CancellationToken) {
+pub(super) async fn close<S: AsyncRead + Unpin>(
+    mut stream: S,
+    state: &ConnState,
+    stop: &CancellationToken,
+) {
     let thrown = tokio::select! {
         n = linger(&mut stream, LINGER_READ, LINGER_TOTAL) => n,
         _ = stop.cancelled() => 0,

@@ -2,7 +2,8 @@
 //! `request_header`), then HTTP/1.1 or HTTP/2 by ALPN under the connection's watchdog,
 //! and the graceful stop. HTTP/1.1 starts on the byte path ([`super::lane`]), as a
 //! plain connection does, and goes to hyper's server from the first request the byte
-//! path does not take. Never parked, no lingering close (see `LIFECYCLE.md`).
+//! path does not take. Never parked; the lingering close only after a request the byte
+//! path refused (see `LIFECYCLE.md`).
 
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
@@ -92,8 +93,16 @@ pub(crate) async fn serve_tls_connection(
         // with the bytes read so far, as for plain connections; the request head
         // timeout kept by the watchdog.
         let served = lane::serve(state.clone(), stream, shutdown.clone(), false);
-        let Some((stream, read)) = lane_first(served, watched, watchdog).await else {
-            return;
+        let (stream, read) = match lane_first(served, watched, watchdog).await {
+            Some(LaneEnd::Hyper(stream, read)) => (stream, read),
+            // A request refused before its upload was read: the 400 and close_notify
+            // went out; the rest of the upload is read and dropped, so that closing
+            // does not reset the connection before the client reads the answer.
+            Some(LaneEnd::Linger(stream)) => {
+                return super::linger::close(stream, &state, &shutdown).await;
+            }
+            // Parking is for plain connections.
+            Some(LaneEnd::Closed | LaneEnd::Parked(_)) | None => return,
         };
         let io = TokioIo::new(ClientIo::with_read(stream, state.clone(), None, read));
         let conn = settings
@@ -105,9 +114,8 @@ pub(crate) async fn serve_tls_connection(
     }
 }
 
-/// Run the byte path of a TLS connection under the watchdog until it lets go: the
-/// stream and the bytes read, for hyper's server, or `None` when the connection is to
-/// close (by the client, a timeout, the stop, or a refusal).
+/// Run the byte path of a TLS connection under the watchdog until it lets go (how, with
+/// the stream if it has one), or `None` when the watchdog closes it (a timeout).
 ///
 /// While a request is in flight the watchdog looks within a tick (its wait on the gear
 /// is kept, as on a plain connection); an idle connection sleeps to its deadline, and
@@ -115,11 +123,7 @@ pub(crate) async fn serve_tls_connection(
 /// not on every wake-up of a busy connection, which sees the stop when its answer is
 /// written). At the stop the byte path is polled at once: between requests it closes,
 /// a request in flight is answered with `connection: close`.
-async fn lane_first<S, F>(
-    served: F,
-    w: Watched<'_>,
-    watchdog: Sleep,
-) -> Option<(S, bytes::BytesMut)>
+async fn lane_first<S, F>(served: F, w: Watched<'_>, watchdog: Sleep) -> Option<LaneEnd<S>>
 where
     F: Future<Output = LaneEnd<S>>,
 {
@@ -130,11 +134,7 @@ where
     let mut stopping = false;
     poll_fn(|cx| loop {
         if let Poll::Ready(end) = served.as_mut().poll(cx) {
-            return Poll::Ready(match end {
-                LaneEnd::Hyper(stream, read) => Some((stream, read)),
-                // Parking is for plain connections; a refusal closes at once here.
-                LaneEnd::Closed | LaneEnd::Parked(_) | LaneEnd::Linger(_) => None,
-            });
+            return Poll::Ready(Some(end));
         }
         if w.state.in_flight.load(Ordering::Relaxed) > 0 {
             let soon = Instant::now() + tick;
