@@ -922,7 +922,8 @@ async fn http1_over_tls_takes_the_byte_path_as_plain_http_does() {
 
 /// A request over TLS that its gear never answers gets its 504 at `timeouts.server`,
 /// also when it comes on a connection whose watchdog was asleep until the idle
-/// deadline (`request_header`, far later).
+/// deadline (`request_header`, far later): on the byte path (a GET) and on hyper's (a
+/// chunked POST).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -939,27 +940,35 @@ async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
         + "[health]\nenabled = false\n[timeouts]\nserver = \"1s\"\nrequest_header = \"20s\"\n";
     let g = Gearlb::start(dir.path(), &cfg);
     let addr = tls_addr(&g);
-    let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
-        .await
-        .unwrap();
-    // Idle for a moment: the watchdog sleeps until the idle deadline.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let t = Instant::now();
-    s.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(8), s.read(&mut buf))
-        .await
-        .expect("an answer before the idle deadline")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf[..n]);
-    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
-    assert!(
-        t.elapsed() < Duration::from_secs(6),
-        "504 after {:?}",
-        t.elapsed()
-    );
+    for ask in [
+        &b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+        b"POST /slow HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    ] {
+        let what = String::from_utf8_lossy(&ask[..4]).into_owned();
+        let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+            .await
+            .unwrap();
+        // Twice on one connection: the second after hyper served the first, for the
+        // chunked POST.
+        for round in 1..=2 {
+            // Idle for a moment: the watchdog sleeps until the idle deadline.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let t = Instant::now();
+            s.write_all(ask).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(8), s.read(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("{what} {round}: no answer before the idle deadline"))
+                .unwrap();
+            let text = String::from_utf8_lossy(&buf[..n]);
+            assert!(text.starts_with("HTTP/1.1 504"), "{what} {round}: {text}");
+            let took = t.elapsed();
+            assert!(
+                took < Duration::from_secs(6),
+                "{what} {round}: 504 after {took:?}"
+            );
+        }
+    }
 }
 
 /// A request the byte path refuses before its upload is read (an oversized chunk size),

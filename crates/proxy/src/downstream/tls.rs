@@ -198,50 +198,59 @@ where
         h2,
     } = w;
     let clock = ctx.clock;
-    tokio::pin!(conn);
-    tokio::pin!(watchdog);
+    let tick = Duration::from_millis(state.tick_ms);
+    let stop = shutdown.cancelled();
+    tokio::pin!(conn, watchdog, stop);
     let mut stopping = false;
     let mut going_away = false;
-    loop {
-        tokio::select! {
-            biased;
-            res = conn.as_mut() => {
-                if let Err(e) = res {
-                    debug!(client = %peer, error = %e, "client connection ended with an error");
-                }
-                return;
+    poll_fn(|cx| loop {
+        if let Poll::Ready(res) = conn.as_mut().poll(cx) {
+            if let Err(e) = res {
+                debug!(client = %peer, error = %e, "client connection ended with an error");
             }
-            _ = shutdown.cancelled(), if !stopping => {
-                stopping = true;
-                graceful(conn.as_mut());
-            }
-            _ = &mut watchdog => {
-                if going_away {
-                    return;
-                }
-                let now = clock.now_ms();
-                match check_deadlines(state, now, client_ms, head_ms, state.is_h2()) {
-                    Err(false) if h2 => {
-                        // Idle: GOAWAY, and a moment for it to go out.
-                        graceful(conn.as_mut());
-                        going_away = true;
-                        watchdog.as_mut().reset(
-                            Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS),
-                        );
-                    }
-                    Ok(next) => {
-                        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
-                        watchdog.as_mut().reset(Instant::now() + wait);
-                    }
-                    Err(counted) => {
-                        if counted {
-                            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                        }
-                        debug!(client = %peer, "idle or slow client connection closed");
-                        return;
-                    }
-                }
+            return Poll::Ready(());
+        }
+        if !stopping && stop.as_mut().poll(cx).is_ready() {
+            stopping = true;
+            graceful(conn.as_mut());
+            continue;
+        }
+        // An HTTP/1.1 request in flight is looked at within a tick (its wait on the
+        // gear), also when it began while the watchdog slept to the idle deadline.
+        if !h2 && state.in_flight.load(Ordering::Relaxed) > 0 {
+            let soon = Instant::now() + tick;
+            if watchdog.deadline() > soon {
+                watchdog.as_mut().reset(soon);
             }
         }
-    }
+        if watchdog.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if going_away {
+            return Poll::Ready(());
+        }
+        let now = clock.now_ms();
+        match check_deadlines(state, now, client_ms, head_ms, state.is_h2()) {
+            Err(false) if h2 => {
+                // Idle: GOAWAY, and a moment for it to go out.
+                graceful(conn.as_mut());
+                going_away = true;
+                watchdog
+                    .as_mut()
+                    .reset(Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS));
+            }
+            Ok(next) => {
+                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+                watchdog.as_mut().reset(Instant::now() + wait);
+            }
+            Err(counted) => {
+                if counted {
+                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                debug!(client = %peer, "idle or slow client connection closed");
+                return Poll::Ready(());
+            }
+        }
+    })
+    .await
 }
