@@ -62,7 +62,9 @@
 #                  host is doing, where req/s moves 10% from round to round;
 #                  KEEP_CALLGRIND=DIR keeps each run's callgrind dump there (read it
 #                  with callgrind_annotate --inclusive=yes for a request's budget);
-#                  INSTR_BODY=N sends POSTs with an N-byte body instead of GETs
+#                  INSTR_BODY=N sends POSTs with an N-byte body instead of GETs;
+#                  INSTR_TLS=1 has the proxies listen with TLS (an ECDSA P-256
+#                  certificate, TLS 1.3 from oha) and oha connect over https
 #
 # CPU pinning (PIN=1, the default; PIN=0 disables; also disabled if nproc < 2):
 #   CPU 1 (PROXY_CPUS)  the proxy under test (gearlb / haproxy, all their threads;
@@ -82,7 +84,7 @@ set -euo pipefail
 # The command as given, for the report's header: taken before SCENARIOS and TARGETS
 # become arrays below (bash does not export arrays, so `env` would lose them).
 # With none of them set, grep finds nothing: not an error.
-COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|INSTR_BODY|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
+COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|INSTR_BODY|INSTR_TLS|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -107,6 +109,8 @@ CHURN_HZ=${CHURN_HZ:-10}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
 INSTR_BODY=${INSTR_BODY:-0}           # instructions: POST bodies of this many bytes (0: GET)
+INSTR_TLS=${INSTR_TLS:-0}             # instructions: 1 = over TLS (https)
+RUN_TLS=0
 CAP_PERCENT=${CAP_PERCENT:-50}        # peak_capped: the proxy's CPU quota, % of one CPU
 CAP_PERIOD_US=${CAP_PERIOD_US:-100000} # ... over this period (the node's cpu_cfs_period_us)
 REF=${REF:-haproxy-reuse}             # the target ratios are computed against
@@ -122,6 +126,7 @@ BODY=0123456789abcdef # 16 bytes, the fixed response of every backend
 LARGE_BYTES=1048576
 GEARLB_PORT=18080
 GEARLB_STATUS_PORT=18081
+GEARLB_TLS_PORT=18082
 HAPROXY_CLOSE_PORT=18090
 HAPROXY_REUSE_PORT=18091
 HAPROXY_FWD_PORT=18092
@@ -454,6 +459,7 @@ check_body() {
     local url=$1 what=$2 got hdr=()
     # many_routes: the requests' host is one of the service's.
     ((RUN_ROUTES > 0)) && [[ $what == target* ]] && hdr=(-H "Host: x.w$ROUTE_LAST.bench.example")
+    [[ $url == https:* ]] && hdr+=(--insecure)
     got=$(curl -sS --max-time 5 "${hdr[@]}" "$url") || die "$what: request to $url failed"
     [[ $got == "$BODY" ]] || die "$what: $url answered '$got', expected '$BODY'"
 }
@@ -494,6 +500,12 @@ write_gearlb_config() {
         echo "[listen]"
         echo "proxy = \"127.0.0.1:$GEARLB_PORT\""
         echo "status = \"127.0.0.1:$GEARLB_STATUS_PORT\""
+        if [[ $RUN_TLS == 1 ]]; then
+            echo "tls = \"127.0.0.1:$GEARLB_TLS_PORT\""
+            echo "[tls]"
+            echo "cert = \"$TMP/tls/cert.pem\""
+            echo "key = \"$TMP/tls/key.pem\""
+        fi
         echo "[control]"
         echo "socket = \"$dir/control.sock\""
         echo "[state]"
@@ -571,6 +583,7 @@ start_gearlb() {
     write_gearlb_config "$dir"
     port_open "$GEARLB_PORT" && die "port $GEARLB_PORT already in use (gearlb proxy)"
     port_open "$GEARLB_STATUS_PORT" && die "port $GEARLB_STATUS_PORT already in use (gearlb status)"
+    [[ $RUN_TLS == 1 ]] && port_open "$GEARLB_TLS_PORT" && die "port $GEARLB_TLS_PORT already in use (gearlb tls)"
     start_process gearlb "$dir/gearlb.log" \
         env GEARLB_LOG="${GEARLB_LOG:-warn}" "${PIN_PROXY[@]}" "${RUN_WRAP[@]}" "$GEARLB_BIN" run --config "$dir/gearlb.toml"
     GEARLB_PID=$LAST_PID
@@ -665,6 +678,10 @@ start_haproxy_named() {
     rm -rf "$dir"
     mkdir -p "$dir"
     write_haproxy_config "$name" "$dir/haproxy.cfg" "${RUN_PORTS[@]}"
+    if [[ $RUN_TLS == 1 ]]; then
+        sed -i "s|^\(    bind 127\.0\.0\.1:[0-9]*\)\$|\1 ssl crt $TMP/tls/combined.pem|" "$dir/haproxy.cfg"
+        grep -q ' ssl crt ' "$dir/haproxy.cfg" || die "no TLS bind line in $dir/haproxy.cfg"
+    fi
     check_haproxy_config "$dir/haproxy.cfg"
     port_open "$port" && die "port $port already in use ($name)"
     # -db: foreground, no daemon; one process with THREADS threads.
@@ -718,6 +735,13 @@ start_direct() { :; } # the backends are already running
 stop_direct() { :; }
 
 target_url() {
+    if [[ $RUN_TLS == 1 ]]; then
+        case $1 in
+        gearlb | gearlb-allfwd | gearlb-noaff | gearlb-alt) echo "https://127.0.0.1:$GEARLB_TLS_PORT" ;;
+        haproxy-*) echo "https://127.0.0.1:$(haproxy_port "$1")" ;;
+        esac
+        return
+    fi
     case $1 in
     gearlb | gearlb-allfwd | gearlb-noaff | gearlb-alt) echo "http://127.0.0.1:$GEARLB_PORT" ;;
     haproxy-close) echo "http://127.0.0.1:$HAPROXY_CLOSE_PORT" ;;
@@ -1113,7 +1137,7 @@ scenario_idle_memory() {
     ((open == IDLE_CONNS)) || log "only $open of $IDLE_CONNS idle connections opened against $target"
 }
 
-SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted$(if ((INSTR_BODY > 0)); then echo "; POSTs with a $INSTR_BODY-byte body"; fi)"
+SCENARIO_DESC[instructions]="user-space instructions per request of the proxy under valgrind (callgrind), counted over oha -n $INSTR_REQUESTS -c$CONNECTIONS after a 3000-request warm-up: deterministic, unlike req/s; kernel work is not counted$(if ((INSTR_BODY > 0)); then echo "; POSTs with a $INSTR_BODY-byte body"; fi)$(if [[ $INSTR_TLS == 1 ]]; then echo "; over TLS (https, keep-alive: the $CONNECTIONS handshakes are counted too)"; fi)"
 SCENARIO_COLS[instructions]="requests instr/req errors"
 SCENARIO_TARGETS[instructions]="gearlb gearlb-alt haproxy-close haproxy-reuse"
 SCENARIO_METRIC[instructions]="instr/req"
@@ -1125,6 +1149,7 @@ scenario_instructions() {
         head -c "$INSTR_BODY" /dev/zero | tr '\0' 'x' >"$TMP/instr-body"
         ask=(-m POST -D "$TMP/instr-body")
     fi
+    [[ $RUN_TLS == 1 ]] && ask+=(--insecure)
     "${PIN_LOAD[@]}" "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" "${ask[@]}" "$url" >"$out.warmup" 2>&1 ||
         die "oha warm-up against $url failed: $(cat "$out.warmup")"
     callgrind_control -i on "$pid" >"$out.ctl" 2>&1 ||
@@ -1155,8 +1180,18 @@ scenario_setup() {
     RUN_IDLE=0
     RUN_ROUTES=0
     RUN_WRAP=()
+    RUN_TLS=0
     case $1 in
     instructions)
+        RUN_TLS=$INSTR_TLS
+        if [[ $RUN_TLS == 1 && ! -s $TMP/tls/combined.pem ]]; then
+            mkdir -p "$TMP/tls"
+            openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+                -keyout "$TMP/tls/key.pem" -out "$TMP/tls/cert.pem" -days 2 -subj /CN=localhost \
+                -addext subjectAltName=DNS:localhost,IP:127.0.0.1 2>/dev/null ||
+                die "openssl could not make a certificate for INSTR_TLS"
+            cat "$TMP/tls/cert.pem" "$TMP/tls/key.pem" >"$TMP/tls/combined.pem"
+        fi
         # Nothing is counted until the warm-up is over (callgrind_control -i on).
         RUN_WRAP=(valgrind --tool=callgrind --instr-atstart=no
             --callgrind-out-file="$TMP/callgrind.%p")
