@@ -227,23 +227,32 @@ async fn slowloris_heads_are_cut_at_the_request_header_timeout() {
     assert_eq!(b.requests(), 1, "only the normal request reached the gear");
 }
 
+/// A gear that answers `ok` to every request, behind a balancer with `request_header`
+/// set to `request_header` and no health checks.
+async fn ok_gear_behind(dir: &Path, request_header: &str) -> (Scripted, Gearlb) {
+    let gear =
+        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
+            .await;
+    let lb = Gearlb::start(
+        dir,
+        &config_text(
+            dir,
+            &[("web1", gear.addr)],
+            &format!(
+                "[timeouts]\nrequest_header = \"{request_header}\"\n[health]\nenabled = false"
+            ),
+        ),
+    );
+    (gear, lb)
+}
+
 /// A body with a length that stops coming (a slow POST) is held at the balancer, not
 /// passed on: the connection is cut at `timeouts.request_header`, as a head that stops
 /// coming is, and the gear never sees the request, nor a part of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_stops_coming_is_cut_at_the_request_header_timeout() {
-    let gear =
-        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
-            .await;
     let dir = workdir();
-    let lb = Gearlb::start(
-        dir.path(),
-        &config_text(
-            dir.path(),
-            &[("web1", gear.addr)],
-            "[timeouts]\nrequest_header = \"1s\"\n[health]\nenabled = false",
-        ),
-    );
+    let (gear, lb) = ok_gear_behind(dir.path(), "1s").await;
     let proxy = lb.proxy;
     let took = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(proxy).unwrap();
@@ -281,18 +290,8 @@ async fn a_body_that_stops_coming_is_cut_at_the_request_header_timeout() {
 /// `request_header` after its head still goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_gets_the_request_header_time_from_its_heads_end() {
-    let gear =
-        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
-            .await;
     let dir = workdir();
-    let lb = Gearlb::start(
-        dir.path(),
-        &config_text(
-            dir.path(),
-            &[("web1", gear.addr)],
-            "[timeouts]\nrequest_header = \"2s\"\n[health]\nenabled = false",
-        ),
-    );
+    let (gear, lb) = ok_gear_behind(dir.path(), "2s").await;
     let proxy = lb.proxy;
     let answers = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(proxy).unwrap();

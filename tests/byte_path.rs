@@ -32,6 +32,14 @@ async fn echo_gear() -> Scripted {
     .await
 }
 
+/// A client connection to `lb`'s proxy port, writes sent at once, reads bounded.
+fn client_of(lb: &Gearlb) -> std::net::TcpStream {
+    let s = std::net::TcpStream::connect(lb.proxy).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
 /// Pipelined requests, some for the byte path (a body with a length too) and some for
 /// hyper (a chunked body), sent in one write: every one answered, in order, each body
 /// where it belongs; and after the connection parked, the byte path again.
@@ -219,9 +227,7 @@ async fn bodies_with_a_length_reach_the_gear_whole() {
     let gear = echo_gear().await;
     let dir = workdir();
     let lb = lb_for(dir.path(), gear.addr);
-    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
-    s.set_nodelay(true).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut s = client_of(&lb);
     let mut rest = Vec::new();
     // The head, then the body in two pieces.
     for piece in [
@@ -306,9 +312,7 @@ async fn a_head_handed_to_hyper_after_a_pause_arrives_whole() {
     let gear = echo_gear().await;
     let dir = workdir();
     let lb = lb_for(dir.path(), gear.addr);
-    let mut s = std::net::TcpStream::connect(lb.proxy).unwrap();
-    s.set_nodelay(true).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut s = client_of(&lb);
     let mut rest = Vec::new();
     s.write_all(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let (head, _) = read_head_and_body(&mut s, &mut rest);

@@ -123,6 +123,22 @@ fn tls_config(dir: &Path, backend: SocketAddr, tls: &str) -> String {
     )
 }
 
+/// A balancer with a TLS listener (a self-signed certificate for `localhost`) in front
+/// of `backend`, with `extra` configuration: the balancer, its TLS address and the
+/// certificate to trust.
+fn tls_balancer(
+    dir: &Path,
+    backend: SocketAddr,
+    extra: &str,
+) -> (Gearlb, SocketAddr, CertificateDer<'static>) {
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir, "site", &pair);
+    let cfg = tls_config(dir, backend, "cert = \"site.pem\"\nkey = \"site.key\"") + extra;
+    let g = Gearlb::start(dir, &cfg);
+    let addr = tls_addr(&g);
+    (g, addr, pair.2)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_requests_are_proxied_with_https_headers_and_secure_cookie() {
     let b = TestBackend::start("web1").await;
@@ -306,15 +322,11 @@ async fn stalled_handshakes_are_cut_at_the_request_header_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let b = TestBackend::start("web1").await;
     let dir = workdir();
-    let pair = self_signed(&["localhost"]);
-    write_pair(dir.path(), "site", &pair);
-    let cfg = tls_config(
+    let (_g, addr, cert) = tls_balancer(
         dir.path(),
         b.addr,
-        "cert = \"site.pem\"\nkey = \"site.key\"",
-    ) + "[timeouts]\nrequest_header = \"600ms\"\n";
-    let g = Gearlb::start(dir.path(), &cfg);
-    let addr = tls_addr(&g);
+        "[timeouts]\nrequest_header = \"600ms\"\n",
+    );
 
     // One sends nothing, one the first bytes of a ClientHello and then nothing.
     let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -338,7 +350,7 @@ async fn stalled_handshakes_are_cut_at_the_request_header_timeout() {
         "cut before the timeout: {waited:?}"
     );
 
-    let s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+    let s = connect(addr, "localhost", std::slice::from_ref(&cert))
         .await
         .unwrap();
     let mut sender = http(s).await;
@@ -830,16 +842,8 @@ async fn http1_over_tls_takes_the_byte_path_as_plain_http_does() {
     })
     .await;
     let dir = workdir();
-    let pair = self_signed(&["localhost"]);
-    write_pair(dir.path(), "site", &pair);
-    let cfg = tls_config(
-        dir.path(),
-        gear.addr,
-        "cert = \"site.pem\"\nkey = \"site.key\"",
-    ) + "[health]\nenabled = false\n";
-    let mut g = Gearlb::start(dir.path(), &cfg);
-    let addr = tls_addr(&g);
-    let roots = std::slice::from_ref(&pair.2);
+    let (mut g, addr, cert) = tls_balancer(dir.path(), gear.addr, "[health]\nenabled = false\n");
+    let roots = std::slice::from_ref(&cert);
 
     let mut s = connect(addr, "localhost", roots).await.unwrap();
     s.write_all(
@@ -930,22 +934,17 @@ async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
     // Connections are taken by the kernel and never answered.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = workdir();
-    let pair = self_signed(&["localhost"]);
-    write_pair(dir.path(), "site", &pair);
-    let cfg = tls_config(
+    let (_g, addr, cert) = tls_balancer(
         dir.path(),
         silent.local_addr().unwrap(),
-        "cert = \"site.pem\"\nkey = \"site.key\"",
-    )
-        + "[health]\nenabled = false\n[timeouts]\nserver = \"1s\"\nrequest_header = \"20s\"\n";
-    let g = Gearlb::start(dir.path(), &cfg);
-    let addr = tls_addr(&g);
+        "[health]\nenabled = false\n[timeouts]\nserver = \"1s\"\nrequest_header = \"20s\"\n",
+    );
     for ask in [
         &b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"[..],
         b"POST /slow HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
     ] {
         let what = String::from_utf8_lossy(&ask[..4]).into_owned();
-        let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+        let mut s = connect(addr, "localhost", std::slice::from_ref(&cert))
             .await
             .unwrap();
         // Twice on one connection: the second after hyper served the first, for the
@@ -979,16 +978,8 @@ async fn a_refused_upload_over_tls_is_read_and_dropped_before_the_close() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let b = TestBackend::start("web1").await;
     let dir = workdir();
-    let pair = self_signed(&["localhost"]);
-    write_pair(dir.path(), "site", &pair);
-    let cfg = tls_config(
-        dir.path(),
-        b.addr,
-        "cert = \"site.pem\"\nkey = \"site.key\"",
-    ) + "[health]\nenabled = false\n";
-    let g = Gearlb::start(dir.path(), &cfg);
-    let addr = tls_addr(&g);
-    let mut s = connect(addr, "localhost", std::slice::from_ref(&pair.2))
+    let (_g, addr, cert) = tls_balancer(dir.path(), b.addr, "[health]\nenabled = false\n");
+    let mut s = connect(addr, "localhost", std::slice::from_ref(&cert))
         .await
         .unwrap();
     // Far more than the socket buffers on both sides hold.

@@ -334,18 +334,23 @@ mod tests {
     use super::*;
     use crate::forward::ClientInfo;
 
+    /// A plain connection's state, with the default timeouts.
+    fn plain_state() -> Arc<ConnState> {
+        let ctx = test_ctx();
+        Arc::new(ConnState::new(
+            ctx.clone(),
+            test_session(&ctx),
+            ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
+            &gearlb_core::config::Config::default().timeouts,
+        ))
+    }
+
     /// A connection asked to park (idle too long: a slow backend) whose response is
     /// ready but waits for the rest of the turn must not park: that would end hyper's
     /// connection with the response unsent.
     #[tokio::test]
     async fn a_response_waiting_for_its_turn_keeps_the_connection_from_parking() {
-        let ctx = test_ctx();
-        let state = Arc::new(ConnState::new(
-            ctx.clone(),
-            test_session(&ctx),
-            ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
-            &gearlb_core::config::Config::default().timeouts,
-        ));
+        let state = plain_state();
         let (ours, mut client) = tokio::io::duplex(1024);
         let mut io = ClientIo::new(ours, state.clone(), Some(Arc::new(OnceLock::new())));
         let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -383,13 +388,7 @@ mod tests {
     /// them and read the rest of the request as a new one.
     #[tokio::test]
     async fn bytes_handed_over_by_the_byte_path_are_read_before_any_park() {
-        let ctx = test_ctx();
-        let state = Arc::new(ConnState::new(
-            ctx.clone(),
-            test_session(&ctx),
-            ClientInfo::new("192.0.2.1:5".parse().unwrap(), 80, "http"),
-            &gearlb_core::config::Config::default().timeouts,
-        ));
+        let state = plain_state();
         state.park.store(true, Ordering::Relaxed);
         let (ours, mut client) = tokio::io::duplex(1024);
         let pre = bytes::BytesMut::from(&b"POST /u HTTP/1.1\r\nHost: a\r\n"[..]);
