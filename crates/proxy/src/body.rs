@@ -4,8 +4,9 @@
 //! included; never buffered beyond one read and one frame, and read in small steps
 //! while the client's socket is full, see [`upstream::UpBody`]), or a short text the
 //! balancer writes itself. A backend body holds the backend connection and the
-//! request's in-flight count until its last byte: then the connection returns to its
-//! backend's pool at once; a body dropped half-read closes it instead.
+//! request's in-flight count on the backend until its last byte is read from the
+//! backend: then the connection returns to its backend's pool and the count is let go
+//! at once; a body dropped half-read closes the connection instead.
 //!
 //! A backend that answered before it had the whole request body, and reads on (full
 //! duplex), gets the rest alongside the response; if the response ends first, the rest
@@ -141,10 +142,17 @@ struct UpstreamBody {
 
 impl UpstreamBody {
     /// Once the body was read to its end, its connection goes back to the pool (the
-    /// client may still be waiting for the last bytes: they are out of the socket).
+    /// client may still be waiting for the last bytes: they are out of the socket), and
+    /// the request leaves its backend's in-flight count (`scur`, least-outstanding
+    /// selection, the backend's connection slots) unless an upload goes on: the gear's
+    /// part is over before the client has the last bytes, on the byte path as on
+    /// hyper's (which drops a body at its end, before the last write).
     fn return_if_done(&mut self) {
         if let (Some(conn), Some(f)) = (self.body.take_reusable(), &self.flight) {
             f.backend().pool.checkin(conn);
+        }
+        if self.body.is_done() && !self.body.upload_goes_on() {
+            self.flight = None;
         }
     }
 

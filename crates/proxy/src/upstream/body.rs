@@ -111,6 +111,12 @@ impl UpBody {
         }
     }
 
+    /// The response is complete while the backend still takes the request body: the
+    /// rest of the upload goes on after it ([`UpBody::take_unfinished_upload`]).
+    pub fn upload_goes_on(&self) -> bool {
+        self.upload.is_some() && self.conn.is_some() && !self.upload_broken
+    }
+
     /// The connection and the rest of the upload, once the response is complete while
     /// the backend still takes the request body (see [`finish_upload`](super::finish_upload)); and whether
     /// the connection may carry another request after it.
