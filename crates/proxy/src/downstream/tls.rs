@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -117,18 +117,15 @@ pub(crate) async fn serve_tls_connection(
 /// Run the byte path of a TLS connection under the watchdog until it lets go (how, with
 /// the stream if it has one), or `None` when the watchdog closes it (a timeout).
 ///
-/// While a request is in flight the watchdog looks within a tick (its wait on the gear
-/// is kept, as on a plain connection); an idle connection sleeps to its deadline, and
-/// only then waits on the stop itself (a cancellation future takes a lock when polled:
-/// not on every wake-up of a busy connection, which sees the stop when its answer is
-/// written). At the stop the byte path is polled at once: between requests it closes,
-/// a request in flight is answered with `connection: close`.
+/// An idle connection, and only an idle one, waits on the stop itself (a cancellation
+/// future takes a lock when polled: not on every wake-up of a busy connection, which
+/// sees the stop when its answer is written). At the stop the byte path is polled at
+/// once: between requests it closes, a request in flight is answered with
+/// `connection: close`.
 async fn lane_first<S, F>(served: F, w: Watched<'_>, watchdog: Sleep) -> Option<LaneEnd<S>>
 where
     F: Future<Output = LaneEnd<S>>,
 {
-    let clock = w.ctx.clock;
-    let tick = Duration::from_millis(w.state.tick_ms);
     let stop = w.shutdown.cancelled();
     tokio::pin!(served, watchdog, stop);
     let mut stopping = false;
@@ -136,32 +133,15 @@ where
         if let Poll::Ready(end) = served.as_mut().poll(cx) {
             return Poll::Ready(Some(end));
         }
-        if w.state.in_flight.load(Ordering::Relaxed) > 0 {
-            let soon = Instant::now() + tick;
-            if watchdog.deadline() > soon {
-                watchdog.as_mut().reset(soon);
-            }
-        } else if !stopping && stop.as_mut().poll(cx).is_ready() {
+        let idle = w.state.in_flight.load(Ordering::Relaxed) == 0;
+        if idle && !stopping && stop.as_mut().poll(cx).is_ready() {
             // The byte path looks at the stop itself: poll it again.
             stopping = true;
             continue;
         }
-        if watchdog.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let now = clock.now_ms();
-        match check_deadlines(w.state, now, w.client_ms, w.head_ms, false) {
-            Ok(next) => {
-                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
-                watchdog.as_mut().reset(Instant::now() + wait);
-            }
-            Err(counted) => {
-                if counted {
-                    w.ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-                debug!(client = %w.peer, "idle or slow client connection closed");
-                return Poll::Ready(None);
-            }
+        if let Err(counted) = ready!(w.poll_watchdog(watchdog.as_mut(), cx)) {
+            w.closing(counted);
+            return Poll::Ready(None);
         }
     })
     .await
@@ -180,6 +160,51 @@ struct Watched<'a> {
     h2: bool,
 }
 
+impl Watched<'_> {
+    /// The connection's watchdog, for both loops: an HTTP/1.1 request in flight is
+    /// looked at within a tick (its wait on the gear, also when it began while the
+    /// watchdog slept to the idle deadline; HTTP/2 streams keep their own timers); when
+    /// it fires, the deadlines are looked at and it is set for the next. `Pending` until
+    /// it fires, then `Ok`, or `Err(counted)` when a deadline passed (`counted`: the
+    /// client's inactivity).
+    fn poll_watchdog(
+        &self,
+        mut watchdog: Pin<&mut Sleep>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), bool>> {
+        if !self.h2 && self.state.in_flight.load(Ordering::Relaxed) > 0 {
+            let soon = Instant::now() + Duration::from_millis(self.state.tick_ms);
+            if watchdog.deadline() > soon {
+                watchdog.as_mut().reset(soon);
+            }
+        }
+        ready!(watchdog.as_mut().poll(cx));
+        let now = self.ctx.clock.now_ms();
+        let next = check_deadlines(
+            self.state,
+            now,
+            self.client_ms,
+            self.head_ms,
+            self.state.is_h2(),
+        )?;
+        let wait = Duration::from_millis(next.saturating_sub(now).max(1));
+        watchdog.reset(Instant::now() + wait);
+        Poll::Ready(Ok(()))
+    }
+
+    /// A deadline passed: the connection closes (counted if it was the client's
+    /// inactivity).
+    fn closing(&self, counted: bool) {
+        if counted {
+            self.ctx
+                .stats
+                .client_timeouts
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        debug!(client = %self.peer, "idle or slow client connection closed");
+    }
+}
+
 /// The loop of a TLS connection, the same for both of hyper's connection objects
 /// (HTTP/1.1's and the auto builder's): they share no trait for the graceful stop, so
 /// `graceful` is it. Generic, so built once per connection type: no dynamic dispatch.
@@ -188,25 +213,14 @@ where
     C: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let Watched {
-        ctx,
-        state,
-        peer,
-        shutdown,
-        client_ms,
-        head_ms,
-        h2,
-    } = w;
-    let clock = ctx.clock;
-    let tick = Duration::from_millis(state.tick_ms);
-    let stop = shutdown.cancelled();
+    let stop = w.shutdown.cancelled();
     tokio::pin!(conn, watchdog, stop);
     let mut stopping = false;
     let mut going_away = false;
     poll_fn(|cx| loop {
         if let Poll::Ready(res) = conn.as_mut().poll(cx) {
             if let Err(e) = res {
-                debug!(client = %peer, error = %e, "client connection ended with an error");
+                debug!(client = %w.peer, error = %e, "client connection ended with an error");
             }
             return Poll::Ready(());
         }
@@ -215,23 +229,14 @@ where
             graceful(conn.as_mut());
             continue;
         }
-        // An HTTP/1.1 request in flight is looked at within a tick (its wait on the
-        // gear), also when it began while the watchdog slept to the idle deadline.
-        if !h2 && state.in_flight.load(Ordering::Relaxed) > 0 {
-            let soon = Instant::now() + tick;
-            if watchdog.deadline() > soon {
-                watchdog.as_mut().reset(soon);
-            }
-        }
-        if watchdog.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
         if going_away {
+            // The GOAWAY had its moment to go out.
+            ready!(watchdog.as_mut().poll(cx));
             return Poll::Ready(());
         }
-        let now = clock.now_ms();
-        match check_deadlines(state, now, client_ms, head_ms, state.is_h2()) {
-            Err(false) if h2 => {
+        match ready!(w.poll_watchdog(watchdog.as_mut(), cx)) {
+            Ok(()) => {}
+            Err(false) if w.h2 => {
                 // Idle: GOAWAY, and a moment for it to go out.
                 graceful(conn.as_mut());
                 going_away = true;
@@ -239,15 +244,8 @@ where
                     .as_mut()
                     .reset(Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS));
             }
-            Ok(next) => {
-                let wait = Duration::from_millis(next.saturating_sub(now).max(1));
-                watchdog.as_mut().reset(Instant::now() + wait);
-            }
             Err(counted) => {
-                if counted {
-                    ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-                debug!(client = %peer, "idle or slow client connection closed");
+                w.closing(counted);
                 return Poll::Ready(());
             }
         }
