@@ -739,10 +739,7 @@ async fn a_request_hidden_behind_an_unread_chunked_body_never_reaches_a_gear() {
     })
     .await;
     // No gear at all: a port nothing listens on.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let dead = free_addr();
     for (name, addr, status) in [("refused early", gear.addr, 401), ("no gear", dead, 503)] {
         let dir = workdir();
         let lb = Gearlb::start(

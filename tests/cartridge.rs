@@ -27,14 +27,6 @@ struct Gear {
     web: TestBackend,
 }
 
-fn free_port(ip: &str) -> u16 {
-    std::net::TcpListener::bind(format!("{ip}:0"))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Gear {
     async fn new(ip: &str, name: &str, uuid: &str, broker: &TestBroker, preferred: &str) -> Gear {
         let home = tempfile::Builder::new().prefix("gear").tempdir().unwrap();

@@ -641,14 +641,6 @@ async fn gossip_upgrades_on_the_proxy_port_never_reach_a_gear() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Three balancers that know each other by address only (`cluster.peers`, no ids).
 fn address_only_config(dir: &Path, id: &str, me: u16, others: &[u16]) -> String {
     let peers: Vec<String> = others
@@ -673,7 +665,7 @@ fn address_only_config(dir: &Path, id: &str, me: u16, others: &[u16]) -> String 
 async fn address_only_peers_keep_their_identity_and_configured_ports_win() {
     let dirs: Vec<_> = (0..3).map(|_| workdir()).collect();
     let ids = ["lb1", "lb2", "lb3"];
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| free_port("127.0.0.1")).collect();
     let write = |ports: &[u16]| {
         for i in 0..3 {
             let others: Vec<u16> = (0..3).filter(|j| *j != i).map(|j| ports[j]).collect();
@@ -738,7 +730,7 @@ async fn address_only_peers_keep_their_identity_and_configured_ports_win() {
     // configuration wins over the saved list, and they form a cluster again.
     let _ = lbs[0].child.kill();
     let _ = lbs[0].child.wait();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| free_port("127.0.0.1")).collect();
     write(&ports);
     let lbs: Vec<Gearlb> = (0..3).map(start).collect();
     assert!(

@@ -399,14 +399,6 @@ async fn sigkill_of_a_balancer_leaves_the_other_unaffected() {
 
 // ---------------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancer_restarted_mid_rotation_comes_back_with_the_gear_out() {
     let g0 = TestBackend::start("g0").await;
@@ -423,7 +415,7 @@ async fn balancer_restarted_mid_rotation_comes_back_with_the_gear_out() {
             ),
         )
     };
-    let ports = [free_port(), free_port()];
+    let ports = [free_port("127.0.0.1"), free_port("127.0.0.1")];
     let lb1 = Gearlb::start(dirs[0].path(), &conf(dirs[0].path(), "lb1", ports[0]));
     let mut lb2 = Gearlb::start(dirs[1].path(), &conf(dirs[1].path(), "lb2", ports[1]));
     let peers = peer_list(&[("lb1", &lb1), ("lb2", &lb2)]);

@@ -118,14 +118,6 @@ struct Gear {
     tls: Option<support::tls_gear::TlsGear>,
 }
 
-fn free_port(ip: &str) -> u16 {
-    std::net::TcpListener::bind(format!("{ip}:0"))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The installable cartridge: `$GEARLB_CARTRIDGE`, or assembled from this build (once
 /// per test process: the tests run in parallel and share it read-only).
 fn cartridge_dir() -> PathBuf {

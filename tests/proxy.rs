@@ -107,9 +107,7 @@ async fn no_backend_is_a_quick_503() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_backend_gives_502_not_a_hang() {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = l.local_addr().unwrap();
-    drop(l);
+    let dead = free_addr();
     let dir = workdir();
     let lb = Gearlb::start(dir.path(), &config_text(dir.path(), &[("gone", dead)], ""));
     let got = get(lb.proxy, "/", &[]).await.unwrap();

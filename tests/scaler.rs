@@ -521,10 +521,7 @@ async fn broker_failures_are_logged_once_then_backed_off_and_the_recovery_too() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_broker_connection_is_named_with_its_cause() {
     let broker = TestBroker::start(1, 10).await;
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = free_addr();
     let g0 = TestBackend::start("g0").await;
     let dir = workdir();
     let cfg = config_text(

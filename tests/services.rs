@@ -259,10 +259,7 @@ async fn backups_take_traffic_only_when_every_primary_is_down_and_health_says_so
     let p2 = TestBackend::start("p2").await;
     let backup = TestBackend::start("backup").await;
     let wd = workdir();
-    let hport = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let hport = free_addr();
     let extra = format!(
         "[health]\ninterval = \"100ms\"\nfall = 1\nrise = 1\n\
          [[services]]\nname = \"app\"\nhosts = [\"app.example.com\"]\nhealth = {{ listen = \"{hport}\" }}\n\
@@ -504,10 +501,7 @@ async fn top_level_backends_stay_one_default_service_beside_named_ones() {
     let app = TestBackend::start("app").await;
     let own = TestBackend::start("own").await;
     let wd = workdir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let port = free_addr();
     let extra = format!(
         "[[services]]\nname = \"own\"\nlisten = \"{port}\"\nsticky_cookie = \"OWN\"\n\
          [[services.backends]]\nname = \"o\"\naddr = \"{}\"\n",
@@ -777,10 +771,7 @@ async fn each_service_is_seen_in_the_report_the_csv_show_stat_the_page_and_metri
     let app = TestBackend::start("app").await;
     let s1 = TestBackend::start("s1").await;
     let wd = workdir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let port = free_addr();
     let extra = format!(
         "[[services]]\nname = \"shop\"\nhosts = [\"shop.example.com\"]\nlisten = \"{port}\"\n\
          [[services.backends]]\nname = \"s1\"\naddr = \"{}\"\nmax_connections = 5\n",

@@ -19,18 +19,11 @@ struct Etcd {
     _dir: tempfile::TempDir,
 }
 
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 impl Etcd {
     async fn start() -> Etcd {
         let dir = tempfile::tempdir().unwrap();
-        let client = free_port();
-        let peer = free_port();
+        let client = free_addr();
+        let peer = free_addr();
         let child = Command::new("etcd")
             .args([
                 "--name",

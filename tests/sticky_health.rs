@@ -284,9 +284,7 @@ async fn post_to_a_dying_gear_is_502_not_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_gear_is_skipped_even_for_posts() {
     let healthy = TestBackend::start("healthy").await;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = l.local_addr().unwrap();
-    drop(l);
+    let dead = free_addr();
     let dir = workdir();
     let lb = Gearlb::start(
         dir.path(),

@@ -329,11 +329,7 @@ async fn a_tcp_service_on_its_own_listener_from_a_watched_file() {
     let dir = workdir();
     let sd = dir.path().join("services.d");
     std::fs::create_dir(&sd).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port("127.0.0.1");
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let yaml = format!(
         "name: db\nmode: tcp\nlisten: \"{listen}\"\nbackends:\n  - name: g1\n    addr: \"{}\"\n  - name: g2\n    addr: \"{}\"\n    send_proxy: v2\n",

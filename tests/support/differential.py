@@ -76,12 +76,40 @@ class Strict(Exception):
     pass
 
 
+def _port_span():
+    """(base, span): ports outside the kernel's ephemeral range, above 10000."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(n) for n in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 10000 >= 65535 - high:
+        return 10000, low - 10000
+    return high + 1, 65535 - high
+
+
+_PORTS = _port_span()
+_NEXT = [os.getpid() * 7919 % _PORTS[1]]
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A port for a process started later. Not a `bind(0)` port: once let go, that one is
+    back in the ephemeral range, where any outgoing connection may take it as its source
+    port before the process binds it. This one comes from outside that range, tried with
+    a bind, and never given twice (as tests/support/mod.rs's `free_port`)."""
+    base, span = _PORTS
+    for _ in range(span):
+        port = base + _NEXT[0] % span
+        _NEXT[0] += 1
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise RuntimeError("no free port outside the ephemeral range")
 
 
 # --------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 //! Test support: small backend servers, a `gearlb` process wrapper and HTTP helpers.
-//! Everything listens on 127.0.0.1 with ports chosen by the kernel.
+//! Everything listens on 127.0.0.1 with ports chosen by the kernel, but the few a test
+//! must know before a process binds them ([`free_port`]).
 
 #![allow(dead_code)]
 
@@ -14,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -362,6 +363,54 @@ pub fn workdir() -> tempfile::TempDir {
         .prefix("gearlb-test")
         .tempdir()
         .unwrap()
+}
+
+/// A port for a process the test starts later and must know in advance (a gossip
+/// address its peers are given, a restarted balancer found where it was, etcd).
+///
+/// A port the kernel picks with `bind(0)` is a poor choice: once the probe lets it go,
+/// it is back in the ephemeral range, and any outgoing connection on the machine (other
+/// tests' gossip, health checks, clients) may take it as its source port before the
+/// child binds it: "Address already in use". So the port comes from below the kernel's
+/// ephemeral range, which neither `bind(0)` nor `connect` ever hands out. It is tried
+/// with a TCP and a UDP bind on `ip` (gossip may use either), and this process never
+/// gives the same port twice; the start point depends on the process id, so two test
+/// binaries running at once walk different ports.
+pub fn free_port(ip: &str) -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u32>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    // The widest span outside the ephemeral range, above the privileged ports.
+    let (base, span) = if low.saturating_sub(10_000) >= 65_535 - high {
+        (10_000, low.saturating_sub(10_000))
+    } else {
+        (high + 1, 65_535 - high)
+    };
+    assert!(
+        span >= 1000,
+        "no room outside the ephemeral range {low}-{high}"
+    );
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (base + (start + n) % span) as u16;
+        let tcp = std::net::TcpListener::bind((ip, port));
+        let udp = std::net::UdpSocket::bind((ip, port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on {ip} outside the ephemeral range {low}-{high}");
+}
+
+/// [`free_port`] on 127.0.0.1, as an address.
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port("127.0.0.1")))
 }
 
 /// A config file body with the given `[[backends]]` and extra TOML; listeners on port 0.
