@@ -311,7 +311,12 @@ async fn unreachable_gear_is_skipped_even_for_posts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_checks_mark_down_and_up() {
-    let g = gears(2).await;
+    // g0 comes back on its port after it dies: a port outside the ephemeral range, which
+    // no other test's `bind(0)` can take while it is down.
+    let g = vec![
+        TestBackend::start_on("g0", free_addr()).await,
+        TestBackend::start("g1").await,
+    ];
     let dir = workdir();
     let lb = balancer(
         dir.path(),
