@@ -246,6 +246,71 @@ async fn ok_gear_behind(dir: &Path, request_header: &str) -> (Scripted, Gearlb) 
     (gear, lb)
 }
 
+/// Connections cut at `request_header` are counted as client timeouts (`client_timeouts`,
+/// HAProxy's `ereq`) when a request had begun and stopped coming, on the byte path and on
+/// hyper's: an operator sees slow heads and bodies. A keep-alive connection that sent
+/// nothing after its response, closed at the same timeout, is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_stop_coming_are_counted_idle_connections_are_not() {
+    let dir = workdir();
+    let (_gear, lb) = ok_gear_behind(dir.path(), "1s").await;
+    let proxy = lb.proxy;
+    // Sends each part in turn (reading the answer to each whole request), then waits
+    // for the balancer to close: how long that took, and everything read.
+    let cut = |parts: &'static [&'static [u8]]| {
+        tokio::task::spawn_blocking(move || {
+            let mut s = TcpStream::connect(proxy).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 4096];
+            for part in parts {
+                s.write_all(part).unwrap();
+                if part.ends_with(b"\r\n\r\n") {
+                    while !String::from_utf8_lossy(&answer).ends_with("ok") {
+                        let n = s.read(&mut buf).unwrap();
+                        assert!(n > 0, "closed before the answer");
+                        answer.extend_from_slice(&buf[..n]);
+                    }
+                }
+            }
+            let t = Instant::now();
+            let _ = s.read_to_end(&mut answer);
+            (t.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+        })
+    };
+    let timeouts = || lb.status_json()["frontend"]["client_timeouts"].clone();
+    const HYPER_FIRST: &[u8] = b"GET /h HTTP/1.1\r\nHost: x\r\nConnection: x-drop\r\n\r\n";
+    let cases: [(&str, &'static [&'static [u8]], u64); 5] = [
+        (
+            "idle after a response (byte path)",
+            &[b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"],
+            0,
+        ),
+        ("idle after a response (hyper)", &[HYPER_FIRST], 0),
+        ("a head that stops", &[b"GET / HTTP/1.1\r\nHost: x\r\n"], 1),
+        (
+            "a body that stops",
+            &[b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"],
+            1,
+        ),
+        (
+            "a head that stops after hyper's answer",
+            &[HYPER_FIRST, b"GET /next HTTP/1.1\r\n"],
+            1,
+        ),
+    ];
+    let mut expected = 0;
+    for (name, parts, counted) in cases {
+        let (took, answer) = cut(parts).await.unwrap();
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+            "{name}: closed after {took:?} (request_header is 1s): {answer:?}"
+        );
+        expected += counted;
+        assert_eq!(timeouts(), expected, "{name}");
+    }
+}
+
 /// A body with a length that stops coming (a slow POST) is held at the balancer, not
 /// passed on: the connection is cut at `timeouts.request_header`, as a head that stops
 /// coming is, and the gear never sees the request, nor a part of it.

@@ -970,6 +970,78 @@ async fn a_request_over_tls_gets_its_504_at_the_server_timeout() {
     }
 }
 
+/// Over TLS as on plain HTTP, a request that stops coming (its head, its body) is cut at
+/// `request_header` and counted in `client_timeouts`; a keep-alive connection that sent
+/// nothing after its response is cut at the same time and not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_stop_coming_over_tls_are_counted_idle_connections_are_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gear =
+        Scripted::start(|_| Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"[..]))
+            .await;
+    let dir = workdir();
+    let (g, addr, cert) = tls_balancer(
+        dir.path(),
+        gear.addr,
+        "[health]\nenabled = false\n[timeouts]\nrequest_header = \"1s\"\n",
+    );
+    let mut expected = 0;
+    for (name, whole, rest, counted) in [
+        (
+            "idle after a response",
+            "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "",
+            0,
+        ),
+        ("a head that stops", "", "GET / HTTP/1.1\r\nHost: x\r\n", 1),
+        (
+            "a body that stops",
+            "",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc",
+            1,
+        ),
+        (
+            "a head that stops after hyper's answer",
+            "GET /h HTTP/1.1\r\nHost: x\r\nConnection: x-drop\r\n\r\n",
+            "GET /next HTTP/1.1\r\n",
+            1,
+        ),
+    ] {
+        let mut s = connect(addr, "localhost", std::slice::from_ref(&cert))
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        if !whole.is_empty() {
+            s.write_all(whole.as_bytes()).await.unwrap();
+            let mut buf = [0u8; 4096];
+            while !got.ends_with(b"ok") {
+                let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                    .await
+                    .unwrap_or_else(|_| panic!("{name}: no answer"))
+                    .unwrap();
+                assert!(n > 0, "{name}: closed before the answer");
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        s.write_all(rest.as_bytes()).await.unwrap();
+        let t = Instant::now();
+        let _ = tokio::time::timeout(Duration::from_secs(8), s.read_to_end(&mut got))
+            .await
+            .unwrap_or_else(|_| panic!("{name}: not closed"));
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+            "{name}: closed after {took:?} (request_header is 1s)"
+        );
+        expected += counted;
+        assert_eq!(
+            g.status_json()["frontend"]["client_timeouts"],
+            expected,
+            "{name}"
+        );
+    }
+}
+
 /// A request the byte path refuses before its upload is read (an oversized chunk size),
 /// over TLS: a client that sends its whole upload before it reads gets it all sent and
 /// then reads the 400 (the lingering close), not a reset that cuts its writes.

@@ -77,7 +77,7 @@ impl Collector for CoreCollector {
         counter(
             e,
             "gearlb_frontend_client_timeouts",
-            "Client connections closed for inactivity (timeouts.client).",
+            "Client connections closed for inactivity (timeouts.client) or with a request not whole within timeouts.request_header.",
             r(&f.client_timeouts),
         )?;
         gauge(

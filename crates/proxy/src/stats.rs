@@ -43,7 +43,10 @@ pub struct FrontendStats {
     pub connections_total: AtomicU64,
     /// Connections closed at once because `limits.max_connections` was reached.
     pub connections_refused: AtomicU64,
-    /// Connections closed for client inactivity (`timeouts.client`).
+    /// Connections closed for client inactivity (`timeouts.client`), or because a
+    /// request they had begun was not whole within `timeouts.request_header` (a slow
+    /// head or body): HAProxy's `ereq` for timeouts. An idle keep-alive connection
+    /// closed at `request_header` is not counted.
     pub client_timeouts: AtomicU64,
     /// Idle keep-alive connections holding no HTTP state now (see `proxy::downstream`).
     pub connections_parked: AtomicU64,

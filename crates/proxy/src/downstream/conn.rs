@@ -151,8 +151,8 @@ async fn serve_http(
                 _ = &mut watchdog => {
                     match check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false) {
                         Ok(next) => watchdog.as_mut().reset(at(next)),
-                        Err(counted) => {
-                            if counted {
+                        Err(inactive) => {
+                            if state.timed_out(inactive) {
                                 ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
                             }
                             debug!(client = %state.client.peer, "idle client connection closed");
@@ -238,10 +238,14 @@ async fn serve_http(
                         going_away = true;
                         watchdog.as_mut().reset(at(now + GOAWAY_GRACE_MS));
                     }
-                    Err(counted) => {
-                        if counted {
+                    Err(inactive) => {
+                        if state.timed_out(inactive) {
                             ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if inactive {
                             debug!(client = %state.client.peer, "client inactive for {:?}, closing", settings.timeouts.client);
+                        } else if state.timed_out(false) {
+                            debug!(client = %state.client.peer, "request not whole within {:?}, closing", settings.timeouts.request_header);
                         } else {
                             debug!(client = %state.client.peer, "no request head within {:?}, closing", settings.timeouts.request_header);
                         }

@@ -185,6 +185,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
             push_tail(&mut this.tail, got);
             this.touch();
             if !this.state.own.load(Ordering::Relaxed) {
+                this.state.read_some();
                 this.state
                     .ctx
                     .stats
@@ -407,5 +408,49 @@ mod tests {
         assert!(Pin::new(&mut io).poll_read(&mut cx, &mut rb).is_ready());
         assert_eq!(rb.filled(), b"Content-Length: 2\r\n");
         assert!(!io.parked);
+    }
+
+    /// A cut at `request_header` is the client's timeout when bytes of a request had
+    /// come (a slow head or body), not when a keep-alive connection sent nothing after
+    /// its last response; a request body's bytes, read while it is in flight, do not
+    /// begin the next one.
+    #[tokio::test]
+    async fn bytes_read_between_requests_make_a_cut_the_clients_timeout() {
+        let state = plain_state();
+        let (ours, mut client) = tokio::io::duplex(1024);
+        let mut io = ClientIo::new(ours, state.clone(), None);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut buf = [0u8; 64];
+        let mut read = |io: &mut ClientIo<_>| {
+            let mut rb = ReadBuf::new(&mut buf);
+            assert!(Pin::new(io).poll_read(&mut cx, &mut rb).is_ready());
+            rb.filled().len()
+        };
+        assert!(!state.timed_out(false), "nothing came: an idle close");
+        assert!(state.timed_out(true), "inactivity is always the client's");
+
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"POST / HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read(&mut io), 17);
+        assert!(state.timed_out(false), "a head begun and not ended");
+
+        // The head ends: the request is in flight, and its body's bytes begin nothing.
+        state.request_started(true);
+        assert!(!state.timed_out(false));
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"body")
+            .await
+            .unwrap();
+        assert_eq!(read(&mut io), 4);
+        assert!(!state.timed_out(false));
+        state.request_finished();
+        assert!(!state.timed_out(false), "answered, and nothing came after");
+
+        // The next request's first bytes.
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"GET")
+            .await
+            .unwrap();
+        assert_eq!(read(&mut io), 3);
+        assert!(state.timed_out(false));
     }
 }

@@ -139,8 +139,8 @@ where
             stopping = true;
             continue;
         }
-        if let Err(counted) = ready!(w.poll_watchdog(watchdog.as_mut(), cx)) {
-            w.closing(counted);
+        if let Err(inactive) = ready!(w.poll_watchdog(watchdog.as_mut(), cx)) {
+            w.closing(inactive);
             return Poll::Ready(None);
         }
     })
@@ -193,9 +193,9 @@ impl Watched<'_> {
     }
 
     /// A deadline passed: the connection closes (counted if it was the client's
-    /// inactivity).
-    fn closing(&self, counted: bool) {
-        if counted {
+    /// inactivity, or a request that stopped coming: [`ConnState::timed_out`]).
+    fn closing(&self, inactive: bool) {
+        if self.state.timed_out(inactive) {
             self.ctx
                 .stats
                 .client_timeouts
@@ -244,8 +244,8 @@ where
                     .as_mut()
                     .reset(Instant::now() + Duration::from_millis(GOAWAY_GRACE_MS));
             }
-            Err(counted) => {
-                w.closing(counted);
+            Err(inactive) => {
+                w.closing(inactive);
                 return Poll::Ready(());
             }
         }

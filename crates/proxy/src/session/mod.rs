@@ -100,6 +100,12 @@ pub(crate) struct ConnState {
     /// When `in_flight` last fell to zero (or the connection was accepted): the start of
     /// the wait for the next request head.
     pub(crate) idle_since: AtomicU64,
+    /// Bytes were read while no request was in flight, and no request began since: a
+    /// request is under way (its head, or the small body the byte path reads whole).
+    /// A cut at `request_header` then counts as the client's timeout (HAProxy's `cR`):
+    /// see [`ConnState::timed_out`]. Bytes hyper read ahead while a request was in
+    /// flight (a pipelined head) are not seen here.
+    pub(crate) begun: AtomicBool,
     /// The latest request had a body: its connection is not parked (see module docs).
     pub(crate) last_had_body: AtomicBool,
     /// Set by the connection task: park at the next safe moment.
@@ -168,6 +174,7 @@ impl ConnState {
             last_io: AtomicU64::new(now),
             in_flight: AtomicU32::new(0),
             idle_since: AtomicU64::new(now),
+            begun: AtomicBool::new(false),
             last_had_body: AtomicBool::new(false),
             park: AtomicBool::new(false),
             h2: AtomicBool::new(false),
@@ -240,9 +247,28 @@ impl ConnState {
     /// its handler first runs, so that the connection never looks idle in between.
     pub fn request_started(&self, has_body: bool) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.begun.store(false, Ordering::Relaxed);
         self.last_had_body.store(has_body, Ordering::Relaxed);
         // Busy again: parking waits for a new idle period.
         self.park.store(false, Ordering::Relaxed);
+    }
+
+    /// Bytes came from the client (not the balancer's own protocol): with no request
+    /// in flight, they begin one.
+    #[inline]
+    pub(crate) fn read_some(&self) {
+        if !self.begun.load(Ordering::Relaxed) && self.in_flight.load(Ordering::Relaxed) == 0 {
+            self.begun.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A deadline closes the connection: whether that is the client's timeout, counted
+    /// in `client_timeouts` (HAProxy's `ereq`). The client's inactivity (`inactive`,
+    /// `timeouts.client`) always is; so is `request_header` when part of a request had
+    /// come and stopped (a slow head or body, HAProxy's `cR`), and not when an idle
+    /// keep-alive connection sent nothing.
+    pub(crate) fn timed_out(&self, inactive: bool) -> bool {
+        inactive || self.begun.load(Ordering::Relaxed)
     }
 
     /// Whether an HTTP/1 request now handed over comes after a chunked body whose end
