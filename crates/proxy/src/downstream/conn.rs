@@ -40,7 +40,7 @@ use crate::body::ProxyBody;
 use crate::forward::ClientInfo;
 use crate::request::handle;
 use crate::session::Session;
-use crate::session::{ConnState, FrontendRequest};
+use crate::session::{ConnState, Cut, FrontendRequest};
 use crate::shared::{ProxyCtx, Settings};
 use crate::wait::Phase;
 
@@ -152,9 +152,7 @@ async fn serve_http(
                     match check_deadlines(&state, clock.now_ms(), client_ms, head_ms, false) {
                         Ok(next) => watchdog.as_mut().reset(at(next)),
                         Err(inactive) => {
-                            if state.timed_out(inactive) {
-                                ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                            }
+                            state.cut(inactive);
                             debug!(client = %state.client.peer, "idle client connection closed");
                             return;
                         }
@@ -239,15 +237,10 @@ async fn serve_http(
                         watchdog.as_mut().reset(at(now + GOAWAY_GRACE_MS));
                     }
                     Err(inactive) => {
-                        if state.timed_out(inactive) {
-                            ctx.stats.client_timeouts.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if inactive {
-                            debug!(client = %state.client.peer, "client inactive for {:?}, closing", settings.timeouts.client);
-                        } else if state.timed_out(false) {
-                            debug!(client = %state.client.peer, "request not whole within {:?}, closing", settings.timeouts.request_header);
-                        } else {
-                            debug!(client = %state.client.peer, "no request head within {:?}, closing", settings.timeouts.request_header);
+                        match state.cut(inactive) {
+                            Cut::Inactive => debug!(client = %state.client.peer, "client inactive for {:?}, closing", settings.timeouts.client),
+                            Cut::Incomplete => debug!(client = %state.client.peer, "request not whole within {:?}, closing", settings.timeouts.request_header),
+                            Cut::Idle => debug!(client = %state.client.peer, "no request head within {:?}, closing", settings.timeouts.request_header),
                         }
                         return;
                     }

@@ -165,8 +165,8 @@ impl Watched<'_> {
     /// looked at within a tick (its wait on the gear, also when it began while the
     /// watchdog slept to the idle deadline; HTTP/2 streams keep their own timers); when
     /// it fires, the deadlines are looked at and it is set for the next. `Pending` until
-    /// it fires, then `Ok`, or `Err(counted)` when a deadline passed (`counted`: the
-    /// client's inactivity).
+    /// it fires, then `Ok`, or `Err(inactive)` when a deadline passed (`inactive`: the
+    /// client's, `timeouts.client`; else `request_header`).
     fn poll_watchdog(
         &self,
         mut watchdog: Pin<&mut Sleep>,
@@ -193,15 +193,10 @@ impl Watched<'_> {
     }
 
     /// A deadline passed: the connection closes (counted if it was the client's
-    /// inactivity, or a request that stopped coming: [`ConnState::timed_out`]).
+    /// inactivity, or a request that stopped coming: [`ConnState::cut`]).
     fn closing(&self, inactive: bool) {
-        if self.state.timed_out(inactive) {
-            self.ctx
-                .stats
-                .client_timeouts
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        debug!(client = %self.peer, "idle or slow client connection closed");
+        let cut = self.state.cut(inactive);
+        debug!(client = %self.peer, ?cut, "idle or slow client connection closed");
     }
 }
 

@@ -69,6 +69,18 @@ impl Drop for Session {
 /// How often a running connection's watchdog looks at it (parking, the stop).
 const TICK_MS: u64 = 500;
 
+/// Why a deadline closed a connection ([`ConnState::cut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// The client was inactive for `timeouts.client` (counted).
+    Inactive,
+    /// A request had begun and was not whole within `timeouts.request_header` (counted).
+    Incomplete,
+    /// No request came within `timeouts.request_header` (an idle keep-alive
+    /// connection: not counted).
+    Idle,
+}
+
 /// Per-connection state shared between the connection task, its socket wrapper, its
 /// requests and an upgraded connection's tunnel. Plain atomics: written and read by one
 /// task at a time in practice.
@@ -269,6 +281,24 @@ impl ConnState {
     /// keep-alive connection sent nothing.
     pub(crate) fn timed_out(&self, inactive: bool) -> bool {
         inactive || self.begun.load(Ordering::Relaxed)
+    }
+
+    /// A deadline closes the connection (`inactive`: `timeouts.client`, else
+    /// `request_header`): counted in `client_timeouts` when [`ConnState::timed_out`]
+    /// says so, and which cut it is, for the log. Every watchdog (plain, TLS) ends here.
+    pub(crate) fn cut(&self, inactive: bool) -> Cut {
+        if !self.timed_out(inactive) {
+            return Cut::Idle;
+        }
+        self.ctx
+            .stats
+            .client_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        if inactive {
+            Cut::Inactive
+        } else {
+            Cut::Incomplete
+        }
     }
 
     /// Whether an HTTP/1 request now handed over comes after a chunked body whose end
