@@ -79,11 +79,11 @@ async fn forward(
     let service = service_for(ctx, h.host, h.path()).map_err(|e| (e, None))?;
     let (router, settings, ejections) = scope(ctx, &service, settings);
     let sticky = settings.sticky.as_ref();
-    let secure = secure(conn, settings, h.value("x-forwarded-proto"));
+    let secure = secure(conn, h.value("x-forwarded-proto"));
     let mut out = BytesMut::with_capacity(h.len + 256);
     let rewrite = Rewrite {
         client: &conn.client,
-        trust_forwarded: settings.trust_forwarded,
+        trust_forwarded: conn.client.trusted,
         set: settings.forwarded_headers,
         sticky,
     };

@@ -130,13 +130,9 @@ pub(super) fn sticky_pin(
 
 /// Whether the client's connection is HTTPS, or (when forwarded headers are trusted)
 /// says it came over HTTPS: the sticky cookie is then `Secure`.
-pub(super) fn secure(
-    conn: &ConnState,
-    settings: &Settings,
-    forwarded_proto: Option<&[u8]>,
-) -> bool {
+pub(super) fn secure(conn: &ConnState, forwarded_proto: Option<&[u8]>) -> bool {
     conn.client.scheme == "https"
-        || (settings.trust_forwarded
+        || (conn.client.trusted
             && forwarded_proto.is_some_and(|v| v.eq_ignore_ascii_case(b"https")))
 }
 

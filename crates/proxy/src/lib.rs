@@ -76,6 +76,7 @@ pub mod stats;
 mod tcp;
 pub mod tickets;
 pub mod tls;
+pub mod trust;
 pub mod tunnel;
 pub mod turn;
 pub mod upgrade;

@@ -230,11 +230,11 @@ async fn forward(
         forward::join_cookies(&mut parts.headers);
     }
     let forwarded_proto = parts.headers.get("x-forwarded-proto");
-    let secure = secure(conn, settings, forwarded_proto.map(|v| v.as_bytes()));
+    let secure = secure(conn, forwarded_proto.map(|v| v.as_bytes()));
     forward::prepare_request(
         &mut parts,
         &conn.client,
-        settings.trust_forwarded,
+        conn.client.trusted,
         settings.forwarded_headers,
     );
     // What a `101` may switch to: the protocols the backend was asked for.

@@ -10,7 +10,8 @@ use gearlb_core::routing::sticky::Sticky;
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub timeouts: gearlb_core::config::Timeouts,
-    pub trust_forwarded: bool,
+    /// Whose forwarding headers are kept (looked up once per connection).
+    pub trust_forwarded: std::sync::Arc<crate::trust::Trust>,
     pub forwarded_headers: gearlb_core::config::ForwardedHeaders,
     pub h2c: bool,
     pub max_header_size: usize,
@@ -62,7 +63,9 @@ impl Settings {
         Settings {
             h1,
             timeouts: c.timeouts.clone(),
-            trust_forwarded: c.proxy.trust_forwarded,
+            trust_forwarded: std::sync::Arc::new(crate::trust::Trust::of(
+                &c.proxy.front_trust(c.gear.homedir.is_some()),
+            )),
             forwarded_headers: c.proxy.forwarded_headers,
             h2c: c.proxy.h2c,
             max_header_size: c.limits.max_header_size,

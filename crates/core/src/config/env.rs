@@ -41,6 +41,24 @@ pub fn config_path(flag: Option<&Path>, env: &dyn Env) -> Option<PathBuf> {
 
 /// Gear environment (cartridge mode). Each variable applies only when set.
 pub(super) fn apply_env(env: &dyn Env, cfg: &mut Config, problems: &mut Vec<Problem>) {
+    if let Some(v) = env.var(super::trust::TRUSTED_FRONTS_ENV) {
+        match super::trust::parse_fronts(&v) {
+            Ok(r) => cfg.proxy.gear_fronts = r,
+            Err(e) => problems.push(Problem {
+                path: format!("env {}", super::trust::TRUSTED_FRONTS_ENV),
+                message: e,
+            }),
+        }
+    }
+    // A router's secrets may stay out of its file.
+    if let Some(spi) = cfg.routing_spi.as_mut() {
+        if let Some(p) = env.var(super::routing_spi::PASSWORD_ENV) {
+            spi.password = Some(p);
+        }
+        if let Some(p) = env.var(super::routing_spi::REST_PASSWORD_ENV) {
+            spi.rest_password = Some(p);
+        }
+    }
     let mut listen = |ip_var: &str, port_var: &str, target: &mut SocketAddr| match (
         env.var(ip_var),
         env.var(port_var),

@@ -34,6 +34,7 @@ const SECTIONS: &[&str] = &[
     "upstream",
     "tcp",
     "idler",
+    "routing_spi",
 ];
 
 pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Vec<Problem>) {
@@ -166,7 +167,39 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
 
     let t = section("proxy", problems);
     let mut r = Reader::new(&t, "proxy", problems);
-    cfg.proxy.trust_forwarded = r.bool("trust_forwarded", cfg.proxy.trust_forwarded);
+    match r.get("trust_forwarded") {
+        None => {}
+        Some(toml::Value::Boolean(b)) => {
+            cfg.proxy.trust_forwarded = Some(super::trust::FrontTrust {
+                everyone: *b,
+                ..Default::default()
+            })
+        }
+        Some(toml::Value::Array(items)) => {
+            let mut ranges = Vec::new();
+            for item in items {
+                match item.as_str().map(str::parse::<super::tcp::Cidr>) {
+                    Some(Ok(c)) => ranges.push(c),
+                    Some(Err(e)) => r.problem("trust_forwarded", e),
+                    None => r.problem(
+                        "trust_forwarded",
+                        format!("expected address strings, found {}", item.type_str()),
+                    ),
+                }
+            }
+            cfg.proxy.trust_forwarded = Some(super::trust::FrontTrust {
+                ranges,
+                ..Default::default()
+            });
+        }
+        Some(other) => {
+            let t = other.type_str();
+            r.problem(
+                "trust_forwarded",
+                format!("expected true, false or a list of addresses and ranges, found {t}"),
+            );
+        }
+    }
     cfg.proxy.forwarded_headers =
         r.forwarded_headers("forwarded_headers", cfg.proxy.forwarded_headers);
     cfg.proxy.h2c = r.bool("h2c", cfg.proxy.h2c);
@@ -392,6 +425,16 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     }
     read_services(table, cfg, problems);
     read_upstream(table, cfg, problems);
+    match table.get("routing_spi") {
+        None => {}
+        Some(toml::Value::Table(t)) => {
+            cfg.routing_spi = super::routing_spi::read_routing_spi(t, problems)
+        }
+        Some(other) => problems.push(Problem {
+            path: "routing_spi".into(),
+            message: format!("expected a table [routing_spi], found {}", other.type_str()),
+        }),
+    }
 
     let t = section("discovery", problems);
     let mut r = Reader::new(&t, "discovery", problems);

@@ -20,8 +20,10 @@
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
 //! - `idler`: `[idler]`, the head gear kept seen by the node's idler;
+//! - `routing_spi`: `[routing_spi]`, a router fed by the broker's routing SPI;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
+//! - `trust`: whose forwarding headers are kept (`proxy.trust_forwarded`);
 //! - `wire`: how gossip travels ([`Carrier`], [`GossipWire`]);
 //! - `validate`: the checks across keys;
 //! - `restart`: the settings only a restart changes ([`keep_restart_only`]);
@@ -36,10 +38,12 @@ mod load;
 mod problem;
 mod reader;
 mod restart;
+mod routing_spi;
 mod schema;
 mod service;
 mod tcp;
 mod tcp_keys;
+mod trust;
 mod validate;
 mod wire;
 
@@ -51,6 +55,10 @@ pub use env::{config_path, Env, ProcessEnv, CONFIG_ENV};
 pub use load::{from_toml, load};
 pub use problem::{ConfigErrors, Problem, EXIT_CONFIG};
 pub use restart::{keep_restart_only, RestartOnly, RESTART_ONLY};
+pub use routing_spi::{
+    RoutingSpiConfig, PASSWORD_ENV as ROUTING_SPI_PASSWORD_ENV,
+    REST_PASSWORD_ENV as ROUTING_SPI_REST_PASSWORD_ENV,
+};
 pub use schema::{
     backends_fingerprint, BackendConfig, Carrier, ClusterConfig, Config, ControlConfig,
     DiscoveryConfig, ForwardedHeaders, GearIdentity, HealthConfig, IdlerConfig, Limits,
@@ -62,4 +70,5 @@ pub use service::{
     FileFormat, ServiceBackend, ServiceConfig, ServiceHealth, ServiceTimeouts, VersionsConfig,
 };
 pub use tcp::{Balance, Cidr, Mode, TcpCheck, TcpConfig, UnknownSni};
+pub use trust::{parse_fronts, FrontTrust, TRUSTED_FRONTS_ENV};
 pub use wire::GossipWire;

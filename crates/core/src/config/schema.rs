@@ -47,6 +47,8 @@ pub struct Config {
     pub tcp: TcpConfig,
     /// `[idler]`: the head gear kept seen by the node's idler while serving.
     pub idler: IdlerConfig,
+    /// `[routing_spi]`: this balancer is a router fed by the broker's routing SPI.
+    pub routing_spi: Option<RoutingSpiConfig>,
 }
 
 impl Config {
@@ -56,6 +58,7 @@ impl Config {
     /// top-level backend.
     pub fn default_service(&self) -> bool {
         let services = !self.services.is_empty()
+            || self.routing_spi.is_some()
             || self.discovery.dir.is_some()
             || !self.discovery.etcd.is_empty();
         !services
@@ -67,8 +70,10 @@ impl Config {
 
 pub use super::discovery::{DiscoveryConfig, UpstreamConfig};
 pub use super::idler::IdlerConfig;
+pub use super::routing_spi::RoutingSpiConfig;
 pub use super::service::types::DEFAULT_SERVICE;
 use super::tcp::{Mode, TcpConfig};
+pub use super::trust::FrontTrust;
 pub use super::wire::{Carrier, GossipWire};
 use crate::routing::SendProxy;
 
@@ -176,12 +181,21 @@ pub struct Limits {
     pub max_idle_per_backend: usize,
 }
 
+impl ProxyConfig {
+    /// Whose forwarding headers are kept, `in_gear` or not (see [`FrontTrust::resolve`]).
+    pub fn front_trust(&self, in_gear: bool) -> FrontTrust {
+        FrontTrust::resolve(self.trust_forwarded.as_ref(), in_gear, &self.gear_fronts)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyConfig {
-    /// Keep `X-Forwarded-Proto/-Host/-Port` and `Forwarded` set by the router or node
-    /// proxy in front of the gear, instead of replacing them. Default true: in a gear the
-    /// only client is the node's proxy.
-    pub trust_forwarded: bool,
+    /// Whose `X-Forwarded-For/-Proto/-Host/-Port` and `Forwarded` are kept (see
+    /// [`super::trust`]): `None` (the default) is nobody's, and in a gear its node's and
+    /// the routers' of `OPENSHIFT_GEARLB_TRUSTED_FRONTS`.
+    pub trust_forwarded: Option<FrontTrust>,
+    /// `OPENSHIFT_GEARLB_TRUSTED_FRONTS`: the routers in front of a gear.
+    pub gear_fronts: Vec<super::tcp::Cidr>,
     /// The forwarding headers the balancer sets on requests to the backends
     /// (`forwarded_headers`). Default `X-Forwarded-For` and `X-Forwarded-Proto`.
     pub forwarded_headers: ForwardedHeaders,
@@ -484,6 +498,7 @@ impl Default for Config {
             },
             tcp: TcpConfig::default(),
             idler: IdlerConfig::default(),
+            routing_spi: None,
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 client: Duration::from_secs(60),
@@ -499,7 +514,8 @@ impl Default for Config {
                 max_idle_per_backend: 256,
             },
             proxy: ProxyConfig {
-                trust_forwarded: true,
+                trust_forwarded: None,
+                gear_fronts: Vec::new(),
                 forwarded_headers: ForwardedHeaders::default(),
                 h2c: true,
                 retries: 3,

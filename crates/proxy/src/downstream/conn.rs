@@ -82,7 +82,8 @@ pub(crate) fn serve_connection(
     let state = Arc::new(ConnState::new(
         ctx.clone(),
         session,
-        ClientInfo::new(peer, local_port, "http"),
+        ClientInfo::new(peer, local_port, "http")
+            .trusted(settings.trust_forwarded.trusts(peer.ip())),
         &settings.timeouts,
     ));
     serve_http(ctx, state, settings, stream, shutdown)

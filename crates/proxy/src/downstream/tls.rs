@@ -66,7 +66,8 @@ pub(crate) async fn serve_tls_connection(
     let state = Arc::new(ConnState::new(
         ctx.clone(),
         session,
-        ClientInfo::new(peer, local_port, "https"),
+        ClientInfo::new(peer, local_port, "https")
+            .trusted(settings.trust_forwarded.trusts(peer.ip())),
         &settings.timeouts,
     ));
     let svc_state = state.clone();

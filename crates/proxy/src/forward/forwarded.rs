@@ -25,6 +25,9 @@ pub struct ClientInfo {
     pub(super) port: HeaderValue,
     /// The RFC 7239 node of the client: `192.0.2.7`, or `"[2001:db8::1]"`.
     pub(super) node: Bytes,
+    /// The client is a trusted front (`proxy.trust_forwarded`, see
+    /// [`crate::trust::Trust`]): the forwarding headers it sends are kept (appended to).
+    pub trusted: bool,
 }
 
 impl ClientInfo {
@@ -41,7 +44,14 @@ impl ClientInfo {
             ip: shared_value(ip.to_string().into_bytes()),
             port: shared_value(local_port.to_string().into_bytes()),
             node: Bytes::from(node.into_bytes()),
+            trusted: false,
         }
+    }
+
+    /// The same client, trusted (or not) as a front.
+    pub fn trusted(mut self, trusted: bool) -> Self {
+        self.trusted = trusted;
+        self
     }
 }
 
@@ -61,7 +71,9 @@ pub(super) fn set_forwarding_headers(
 ) {
     if set.x_forwarded_for {
         let mut buf = BytesMut::new();
-        if h.contains_key(&X_FORWARDED_FOR) {
+        // A front's list is appended to; anyone else's is replaced: the client's
+        // address comes first for whoever reads it behind.
+        if trust_forwarded && h.contains_key(&X_FORWARDED_FOR) {
             buf.reserve(64);
             append_joined(&mut buf, h, &X_FORWARDED_FOR);
         }
@@ -73,13 +85,17 @@ pub(super) fn set_forwarding_headers(
             value(buf)
         };
         h.insert(X_FORWARDED_FOR.clone(), xff);
+    } else if !trust_forwarded {
+        // Not set here: only a front's list goes on.
+        h.remove(&X_FORWARDED_FOR);
     }
 
+    // Over TLS the balancer says `https` itself, whoever the client is.
     own_header(
         h,
         &X_FORWARDED_PROTO,
         set.x_forwarded_proto,
-        trust_forwarded,
+        trust_forwarded && client.scheme == "http",
         |_| Some(HeaderValue::from_static(client.scheme)),
     );
     // Shared with the request's own Host value: no copy.
@@ -123,7 +139,7 @@ pub(super) fn set_forwarding_headers(
     h.insert(header::FORWARDED, value(buf));
 }
 
-/// One of `X-Forwarded-Proto/-Host/-Port`. What a trusted router sent is kept; else,
+/// One of `X-Forwarded-Proto/-Host/-Port`. What a trusted front sent is kept; else,
 /// when gearlb `sets` the header, it becomes `ours(headers)` (removed if that is `None`),
 /// and when it does not, an untrusted client's is removed, so that no client can claim
 /// to have come over HTTPS.

@@ -298,7 +298,8 @@ pub fn write_upstream(
     // A field the balancer may set is kept as sent when trusted and (not set by it, or
     // already there); otherwise dropped, and set by the balancer if it sets it.
     let keeps = |sets: bool, present: bool| trust && (!sets || present);
-    let keep_proto = keeps(set.x_forwarded_proto, p.proto);
+    // Over TLS the balancer says `https` itself, whoever the client is.
+    let keep_proto = keeps(set.x_forwarded_proto, p.proto) && rw.client.scheme == "http";
     let keep_host = keeps(set.x_forwarded_host, p.host);
     let keep_port = keeps(set.x_forwarded_port, p.port);
     let keep_forwarded = if set.forwarded { false } else { trust };
@@ -329,7 +330,7 @@ pub fn write_upstream(
         }
         let drop = match name.len() {
             9 if name.eq_ignore_ascii_case("forwarded") => !keep_forwarded,
-            15 if set.x_forwarded_for && name.eq_ignore_ascii_case("x-forwarded-for") => true,
+            15 if name.eq_ignore_ascii_case("x-forwarded-for") => set.x_forwarded_for || !trust,
             16 if name.eq_ignore_ascii_case("x-forwarded-host") => !keep_host,
             16 if name.eq_ignore_ascii_case("x-forwarded-port") => !keep_port,
             17 if name.eq_ignore_ascii_case("x-forwarded-proto") => !keep_proto,
@@ -343,7 +344,8 @@ pub fn write_upstream(
     if set.x_forwarded_for {
         out.put_slice(b"x-forwarded-for: ");
         let at = out.len();
-        if p.xff {
+        // A front's list is appended to; anyone else's is replaced.
+        if p.xff && trust {
             joined(h, "x-forwarded-for", out);
         }
         if out.len() > at {

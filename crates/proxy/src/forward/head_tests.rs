@@ -91,26 +91,29 @@ const HEADS: &[&str] = &[
 #[test]
 fn the_byte_path_sends_what_the_header_map_path_sends() {
     let sticky = Sticky::plain("GEAR");
-    let client = client();
-    for trust in [false, true] {
-        for set in [ForwardedHeaders::default(), ForwardedHeaders::ALL] {
-            for sticky in [None, Some(&sticky)] {
-                let rw = Rewrite {
-                    client: &client,
-                    trust_forwarded: trust,
-                    set,
-                    sticky,
-                };
-                for raw in HEADS {
-                    let (bytes, c1) = by_bytes(raw.as_bytes(), &rw);
-                    let (map, c2) = by_map(raw.as_bytes(), &rw);
-                    assert_eq!(
-                        fields(&bytes),
-                        fields(&map),
-                        "trust {trust}, {set:?}, sticky {}: {raw:?}",
-                        sticky.is_some()
-                    );
-                    assert_eq!(c1, c2, "{raw:?}");
+    let tls = ClientInfo::new("192.0.2.7:4321".parse().unwrap(), 443, "https");
+    for client in [client(), tls] {
+        let client = &client;
+        for trust in [false, true] {
+            for set in [ForwardedHeaders::default(), ForwardedHeaders::ALL] {
+                for sticky in [None, Some(&sticky)] {
+                    let rw = Rewrite {
+                        client,
+                        trust_forwarded: trust,
+                        set,
+                        sticky,
+                    };
+                    for raw in HEADS {
+                        let (bytes, c1) = by_bytes(raw.as_bytes(), &rw);
+                        let (map, c2) = by_map(raw.as_bytes(), &rw);
+                        assert_eq!(
+                            fields(&bytes),
+                            fields(&map),
+                            "trust {trust}, {set:?}, sticky {}: {raw:?}",
+                            sticky.is_some()
+                        );
+                        assert_eq!(c1, c2, "{raw:?}");
+                    }
                 }
             }
         }

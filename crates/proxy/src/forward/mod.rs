@@ -8,11 +8,13 @@
 //! `X-Forwarded-For`, appended to, and `X-Forwarded-Proto`; also `X-Forwarded-Host/-Port`
 //! and RFC 7239 `Forwarded` when listed).
 //!
-//! Trust: with `trust_forwarded` (the default in a gear, whose only client is the node's
-//! proxy or the router), `X-Forwarded-Proto/-Host/-Port` already present are kept and
-//! `Forwarded` is appended to, whether gearlb sets them or not; without it the ones
-//! gearlb sets are replaced and the others removed, so a client cannot claim to have
-//! come over HTTPS.
+//! Trust: from a trusted front (`proxy.trust_forwarded`, decided once per connection by
+//! its address: [`ClientInfo::trusted`]; in a gear its node and the routers in front),
+//! `X-Forwarded-Proto/-Host/-Port` already present are kept and `X-Forwarded-For` and
+//! `Forwarded` are appended to, whether gearlb sets them or not; from anyone else the
+//! ones gearlb sets are replaced and the others removed, so a client can claim neither
+//! another address nor to have come over HTTPS. Where gearlb terminates TLS itself,
+//! `X-Forwarded-Proto` is always `https`.
 //!
 //! Cost: this runs for every request, so it allocates as little as it can. What is the
 //! same for every request of a connection (the client address as text, the listener's

@@ -189,6 +189,32 @@ fn untrusted_values_are_replaced() {
 }
 
 #[test]
+fn an_untrusted_clients_address_chain_is_replaced_a_fronts_appended_to() {
+    let mut p = req(http::Request::get("/")
+        .header("host", "h")
+        .header("x-forwarded-for", "10.9.9.9"));
+    prepare_request(&mut p, &client(), false, ForwardedHeaders::default());
+    assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
+    let mut p = req(http::Request::get("/")
+        .header("host", "h")
+        .header("x-forwarded-for", "203.0.113.1"));
+    prepare_request(&mut p, &client(), true, ForwardedHeaders::default());
+    assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1, 192.0.2.7");
+}
+
+#[test]
+fn over_tls_the_proto_is_https_whoever_the_client_is() {
+    let tls = ClientInfo::new("192.0.2.7:5555".parse().unwrap(), 443, "https");
+    for trusted in [false, true] {
+        let mut p = req(http::Request::get("/")
+            .header("host", "h")
+            .header("x-forwarded-proto", "http"));
+        prepare_request(&mut p, &tls, trusted, ForwardedHeaders::default());
+        assert_eq!(p.headers["x-forwarded-proto"], "https", "trusted {trusted}");
+    }
+}
+
+#[test]
 fn default_set_is_for_and_proto_others_pass_through_when_trusted() {
     let mut p = req(http::Request::get("/")
         .header("host", "h:8000")
@@ -221,8 +247,8 @@ fn headers_not_set_are_removed_from_untrusted_clients() {
     ] {
         assert!(!p.headers.contains_key(gone), "{gone} should be removed");
     }
-    // X-Forwarded-For is a chain anyone may start; not set means left as it came.
-    assert_eq!(p.headers["x-forwarded-for"], "203.0.113.1");
+    // Not set by gearlb, an untrusted client's X-Forwarded-For goes too.
+    assert!(!p.headers.contains_key("x-forwarded-for"));
     assert_eq!(p.headers["host"], "h");
 
     let mut p = req(http::Request::get("/")
