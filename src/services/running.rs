@@ -108,6 +108,9 @@ pub(super) fn service_settings(base: &Settings, s: &ServiceConfig) -> Settings {
     if let Some(cookie) = &s.sticky_cookie {
         settings.sticky = base.sticky.as_ref().map(|st| st.renamed(cookie));
     }
+    if !s.sticky {
+        settings.sticky = None;
+    }
     if let Some(t) = s.timeouts.connect {
         settings.timeouts.connect = t;
     }

@@ -197,6 +197,7 @@ pub fn merge(
                         // Registered services are routed on listen.proxy, in its mode.
                         mode: Default::default(),
                         sticky_cookie: None,
+                        sticky: true,
                         queue_timeout: None,
                         health: Default::default(),
                         timeouts: Default::default(),
@@ -413,6 +414,7 @@ mod tests {
             listen: None,
             mode: Default::default(),
             sticky_cookie: None,
+            sticky: true,
             queue_timeout: None,
             health: Default::default(),
             timeouts: Default::default(),

@@ -10,6 +10,8 @@
 //! - [`health`]: the health state machine and the check settings.
 //! - [`rotation`]: the rotation register's merge and the completion rule.
 //! - [`scaler`]: the election, the scaling policy and scale events.
+//! - [`spi`]: a router's table of applications from the broker's routing SPI events,
+//!   what it routes, and its reconciliation with the broker's REST API.
 //! - [`time`]: wall-clock Unix time.
 //! - [`wire`]: TCP mode's byte formats (ClientHello SNI, PROXY protocol, TLS hello check).
 //!
@@ -24,5 +26,6 @@ pub mod health;
 pub mod rotation;
 pub mod routing;
 pub mod scaler;
+pub mod spi;
 pub mod time;
 pub mod wire;

@@ -6,7 +6,7 @@
 //!
 //! Keys of a service: `name` (required), `hosts` (list; `["*"]`, any host, when absent
 //! and the service has no `listen`), `paths` (list of prefixes, default `["/"]`),
-//! `listen` (`ip:port`), `sticky_cookie`, `queue_timeout`, `[health]` (`path`, `expect`,
+//! `listen` (`ip:port`), `sticky` (default true), `sticky_cookie`, `queue_timeout`, `[health]` (`path`, `expect`,
 //! `port`, `listen`), `[timeouts]` (`connect`, `server`) and `[[backends]]` (`name`, `addr`,
 //! `backup`, `max_connections`, `version`, `compatible`), `[versions]` (`rule`, `prefer`,
 //! `canary`).
@@ -78,6 +78,7 @@ pub(super) fn read_service(
             "a TCP service is routed by the TLS server name only: no paths",
         );
     }
+    let sticky = r.bool("sticky", true);
     let sticky_cookie = r.str_value("sticky_cookie");
     if let Some(c) = &sticky_cookie {
         let token = !c.is_empty()
@@ -165,6 +166,7 @@ pub(super) fn read_service(
         listen,
         mode,
         sticky_cookie,
+        sticky,
         queue_timeout,
         health,
         timeouts,

@@ -27,6 +27,11 @@ pub struct ServiceConfig {
     pub mode: Mode,
     /// The sticky cookie's name for this service (default: `sticky.cookie`).
     pub sticky_cookie: Option<String>,
+    /// Whether its sessions stick to a backend by cookie (when `[sticky]` is on).
+    /// Default true; a router's applications do not (their own balancers keep the
+    /// application's cookie, which the router must pass through untouched).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub sticky: bool,
     /// How long a request waits for a backend slot (`max_connections`) before a 503;
     /// default `timeouts.connect`, as HAProxy's `timeout queue`.
     pub queue_timeout: Option<Duration>,
@@ -101,6 +106,14 @@ impl ServiceConfig {
             paths: self.paths.clone(),
         }
     }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The name of the service of the top-level backends.
