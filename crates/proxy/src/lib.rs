@@ -54,6 +54,7 @@
 
 mod attempt;
 pub mod body;
+pub mod certs;
 pub mod clock;
 mod direct;
 mod dispatch;
