@@ -5,7 +5,7 @@
 //! `openssl pkcs8 -topk8` default) are refused by name.
 //!
 //! The work an upload can ask for is bounded: at most [`MAX_ITERATIONS`] PBKDF2 rounds,
-//! and scrypt at most [`MAX_SCRYPT_BYTES`] of memory.
+//! and scrypt at most [`MAX_SCRYPT_BYTES`] of memory with a parallelization of 4.
 
 use pkcs8::der::asn1::{ObjectIdentifier, OctetStringRef};
 use pkcs8::der::{Decode, Reader, SliceReader};
@@ -15,7 +15,7 @@ use zeroize::Zeroizing;
 
 /// Most PBKDF2 iterations decrypted (OpenSSL writes 2048; about a second of work).
 pub const MAX_ITERATIONS: u32 = 1_000_000;
-/// Most memory scrypt may take (128 · r · N bytes).
+/// Most memory scrypt may take (128 · r · N bytes); its parallelization is at most 4.
 pub const MAX_SCRYPT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Why an encrypted PKCS#8 key cannot be decrypted.
@@ -87,9 +87,9 @@ pub fn decrypt(der: &[u8], pass: &[u8]) -> Result<Zeroizing<Vec<u8>>, Error> {
             let bytes = 128u64
                 .saturating_mul(u64::from(s.block_size))
                 .saturating_mul(s.cost_parameter);
-            if bytes > MAX_SCRYPT_BYTES || s.parallelization > 16 {
+            if bytes > MAX_SCRYPT_BYTES || s.parallelization > 4 {
                 return Err(Error::Unsupported(format!(
-                    "scrypt with N={} r={} p={} (at most {} MiB, p 16)",
+                    "scrypt with N={} r={} p={} (at most {} MiB, p 4)",
                     s.cost_parameter,
                     s.block_size,
                     s.parallelization,

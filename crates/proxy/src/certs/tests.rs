@@ -92,6 +92,18 @@ fn certs_ec_keys_plain_and_legacy_encrypted() {
 }
 
 #[test]
+fn certs_ed25519_and_p384_keys_are_served_p521_is_not() {
+    let ed = ok(fx!("ed25519.crt"), fx!("ed25519.key"), None);
+    assert_eq!(ed.plain_key_pem, fx!("ed25519.key"));
+    reparses(&ed);
+    reparses(&ok(fx!("p384.crt"), fx!("p384.key"), None));
+    assert_eq!(
+        refused(fx!("p521.crt"), fx!("p521.key"), None),
+        "EC keys on curve P-521 cannot be served (P-256 or P-384 only)"
+    );
+}
+
+#[test]
 fn certs_a_legacy_key_decrypts_to_what_openssl_decrypts_it_to() {
     let blocks = pem::blocks(fx!("rsa.des3.key")).unwrap();
     let b = &blocks[0];
@@ -113,6 +125,7 @@ fn certs_wrong_or_missing_pass_phrases_are_refused() {
         fx!("rsa.aes256.key"),
         fx!("rsa.pbes2-aes256.key"),
         fx!("rsa.pbes2-des3-sha1.key"),
+        fx!("rsa.pbes2-scrypt.key"),
     ] {
         for wrong in ["gearlb-tes", "", "gearlb-test ", "x"] {
             assert_eq!(

@@ -54,3 +54,12 @@ rm chain.csr chain.ext chain.leaf.crt ca.srl ca.key
 # The platform's wildcard (the default certificate of the runtime SNI test).
 openssl ecparam -name prime256v1 -genkey -noout -out wildcard.key
 cert wildcard.key wildcard.crt "*.example.com" "DNS:*.example.com"
+# Other key types: Ed25519 and P-384 are served; P-521 is not (ring signs on P-256/384).
+openssl genpkey -algorithm ed25519 -out ed25519.key
+cert ed25519.key ed25519.crt ed.example.org "DNS:ed.example.org"
+openssl ecparam -name secp384r1 -genkey -noout -out p384.key
+cert p384.key p384.crt p384.example.org "DNS:p384.example.org"
+openssl ecparam -name secp521r1 -genkey -noout -out p521.key
+cert p521.key p521.crt p521.example.org "DNS:p521.example.org"
+# PBES2 with scrypt (small N, so that debug-build tests stay quick).
+openssl pkcs8 -topk8 -in rsa.key -scrypt -scrypt_N 1024 -scrypt_r 8 -scrypt_p 1 -passout $P -out rsa.pbes2-scrypt.key
