@@ -17,7 +17,7 @@ DURATION="${DURATION:-600}"
 JOBS="${JOBS:-2}"
 NICE="${NICE:-10}"          # fuzzing yields the CPU to builds and tests
 ALL=(update_cluster_entries peer_hook_args sticky_cookie gossip_frame gossip_v2 config_toml state_file
-     upstream_response client_hello proxy_header client_head client_reply)
+     upstream_response client_hello proxy_header client_head client_reply alias_cert)
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL[@]}"); fi
 export RUSTC_BOOTSTRAP=1
 

@@ -267,7 +267,12 @@ impl App {
         let new_tls = match &self.tls {
             None => None,
             Some(acceptor) => {
-                match crate::tls::load_with(&new.tls, new.proxy.h2c, acceptor.resumption()) {
+                match crate::tls::load_with(
+                    &new.tls,
+                    new.proxy.h2c,
+                    acceptor.resumption(),
+                    acceptor.aliases(),
+                ) {
                     Ok(t) => Some(t),
                     Err(problems) => {
                         return reload_refused(

@@ -31,7 +31,12 @@ impl App {
             if now == last {
                 continue;
             }
-            match crate::tls::load_with(&cfg.tls, cfg.proxy.h2c, acceptor.resumption()) {
+            match crate::tls::load_with(
+                &cfg.tls,
+                cfg.proxy.h2c,
+                acceptor.resumption(),
+                acceptor.aliases(),
+            ) {
                 Ok(certs) => {
                     acceptor.replace(certs);
                     info!("OCSP responses changed: certificates loaded again for new connections");

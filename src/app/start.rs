@@ -32,7 +32,7 @@ use crate::scaler::broker::{Broker, BrokerConfig};
 use crate::scaler::Scaler;
 use crate::state::{Pending, PersistedState, StateStore, FORMAT};
 use crate::stats::FrontendStats;
-use crate::tls::{Resumption, TlsAcceptor};
+use crate::tls::{AliasCerts, Resumption, TlsAcceptor};
 
 /// The control and stats sockets: bound first, so that a live balancer on them is
 /// refused before anything else is touched.
@@ -158,16 +158,20 @@ impl Listeners {
                     Some(secret) => Resumption::shared(&cfg.cluster.id, secret.as_bytes()),
                     None => Resumption::new().context("TLS session tickets cannot be set up")?,
                 };
-                let certs = crate::tls::load_with(&cfg.tls, cfg.proxy.h2c, &resumption).map_err(
-                    |problems| {
-                        let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-                        anyhow::anyhow!("TLS certificates unusable:\n{}", list.join("\n"))
-                    },
-                )?;
+                // Alias certificates set at runtime; reloads keep them.
+                let aliases = AliasCerts::new();
+                let certs = crate::tls::load_with(&cfg.tls, cfg.proxy.h2c, &resumption, &aliases)
+                    .map_err(|problems| {
+                    let list: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                    anyhow::anyhow!("TLS certificates unusable:\n{}", list.join("\n"))
+                })?;
                 let l = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on {addr} (listen.tls)"))?;
-                (Some(l), Some(Arc::new(TlsAcceptor::new(certs, resumption))))
+                (
+                    Some(l),
+                    Some(Arc::new(TlsAcceptor::new(certs, resumption, aliases))),
+                )
             }
         };
         Ok(Listeners {

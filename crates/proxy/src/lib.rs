@@ -6,7 +6,8 @@
 //! Besides the request path it owns the routing snapshot's publisher ([`router`]: the
 //! core's table plus each backend's pool and counters, keyed by the backend's id), the
 //! counters ([`stats`]), active health checks and passive ejection ([`health`]), the
-//! HTTPS listener's certificates ([`tls`]) and the request path's clock ([`clock`]).
+//! HTTPS listener's certificates ([`tls`]; alias certificates uploaded at runtime are
+//! checked by [`certs`]) and the request path's clock ([`clock`]).
 //!
 //! Owns the accept loop and its connection limit (`listener`), the client connection
 //! with its timeouts, parking and graceful stop (`downstream`; its HTTP/1.1 byte path,
@@ -54,6 +55,7 @@
 
 mod attempt;
 pub mod body;
+pub mod certs;
 pub mod clock;
 mod direct;
 mod dispatch;

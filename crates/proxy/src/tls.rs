@@ -11,6 +11,14 @@
 //! answers clients that send no name or an unknown one. A DER OCSP response in
 //! `<cert file>.ocsp` beside a certificate (HAProxy's convention) is stapled.
 //!
+//! Runtime alias certificates ([`AliasCerts`]: uploaded by applications' owners,
+//! checked and decrypted by [`crate::certs`]) come before all of these: an SNI name
+//! that is an alias with a certificate of its own (exact name, any case) gets it; any
+//! other name is chosen as above, so an alias without one gets the platform's wildcard
+//! or the default. Setting or removing one swaps a map that handshakes read lock-free:
+//! no reload, no restart, and connections already open keep their certificate. The map
+//! is shared by every configuration built with it, so reloads keep it.
+//!
 //! Resumption ([`Resumption`]): TLS 1.2 and 1.3 session tickets under keys that rotate
 //! every six hours, and a session cache of [`SESSION_CACHE`] entries; both outlive
 //! reloads, so a reload does not force every client through a full handshake.
@@ -72,9 +80,94 @@ impl Resumption {
 
 use gearlb_core::config::{Problem, TlsConfig};
 
+/// Alias certificates set at runtime (uploaded by an application's owner, checked by
+/// [`crate::certs::alias_cert`]): lower-case alias → certificate. Cheap to clone (the
+/// clones share one map); handshakes read it lock-free, and a change is a new map
+/// swapped in, so connections already open keep their certificate. Every
+/// configuration [`load_with`] builds consults the same map, so a reload of `[tls]`
+/// keeps the aliases.
+#[derive(Clone, Default)]
+pub struct AliasCerts {
+    map: Arc<ArcSwap<HashMap<String, Arc<CertifiedKey>>>>,
+}
+
+impl std::fmt::Debug for AliasCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let map = self.map.load();
+        let mut names: Vec<&String> = map.keys().collect();
+        names.sort();
+        f.debug_struct("AliasCerts")
+            .field("aliases", &names)
+            .finish()
+    }
+}
+
+impl AliasCerts {
+    /// No alias certificates.
+    pub fn new() -> AliasCerts {
+        AliasCerts::default()
+    }
+
+    /// Serve `cert` to clients that ask for `alias` (any case), in place of the one it
+    /// had, from the next handshake on.
+    pub fn set(&self, alias: &str, cert: Arc<CertifiedKey>) {
+        let alias = alias.to_ascii_lowercase();
+        self.map.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.insert(alias.clone(), cert.clone());
+            m
+        });
+    }
+
+    /// Stop serving `alias`'s own certificate (its name gets the configured ones
+    /// again); whether it had one.
+    pub fn remove(&self, alias: &str) -> bool {
+        let alias = alias.to_ascii_lowercase();
+        let mut had = false;
+        self.map.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            had = m.remove(&alias).is_some();
+            m
+        });
+        had
+    }
+
+    /// Serve exactly `certs` (alias → certificate; aliases in any case).
+    pub fn replace_all(&self, certs: HashMap<String, Arc<CertifiedKey>>) {
+        let map = certs
+            .into_iter()
+            .map(|(alias, cert)| (alias.to_ascii_lowercase(), cert))
+            .collect();
+        self.map.store(Arc::new(map));
+    }
+
+    /// The certificate of alias `name` (any case), if it has one of its own.
+    pub fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let map = self.map.load();
+        match map.get(name) {
+            Some(c) => Some(c.clone()),
+            None if name.bytes().any(|b| b.is_ascii_uppercase()) => {
+                map.get(&name.to_ascii_lowercase()).cloned()
+            }
+            None => None,
+        }
+    }
+
+    /// How many aliases have a certificate of their own.
+    pub fn len(&self) -> usize {
+        self.map.load().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Certificates by SNI name, with a default.
 #[derive(Debug)]
 struct SniCerts {
+    /// Runtime alias certificates: consulted first.
+    aliases: AliasCerts,
     /// Lower-case server name (or `*.domain`) → certificate.
     by_name: HashMap<String, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
@@ -84,6 +177,9 @@ impl ResolvesServerCert for SniCerts {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         if let Some(name) = hello.server_name() {
             let name = name.to_ascii_lowercase();
+            if let Some(c) = self.aliases.get(&name) {
+                return Some(c);
+            }
             if let Some(c) = self.by_name.get(&name) {
                 return Some(c.clone());
             }
@@ -339,14 +435,16 @@ pub fn load(cfg: &TlsConfig, h2: bool) -> Result<Arc<ServerConfig>, Vec<Problem>
             message: format!("session tickets: {e}"),
         }]
     })?;
-    load_with(cfg, h2, &resumption)
+    load_with(cfg, h2, &resumption, &AliasCerts::new())
 }
 
-/// As [`load`], resuming sessions with `resumption`.
+/// As [`load`], resuming sessions with `resumption` and serving `aliases`' runtime
+/// certificates before the configured ones.
 pub fn load_with(
     cfg: &TlsConfig,
     h2: bool,
     resumption: &Resumption,
+    aliases: &AliasCerts,
 ) -> Result<Arc<ServerConfig>, Vec<Problem>> {
     let provider = provider();
     let mut problems = Vec::new();
@@ -391,7 +489,11 @@ pub fn load_with(
             }]
         })?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SniCerts { by_name, default }));
+        .with_cert_resolver(Arc::new(SniCerts {
+            aliases: aliases.clone(),
+            by_name,
+            default,
+        }));
     sc.alpn_protocols = if h2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
     } else {
@@ -409,19 +511,28 @@ pub fn load_with(
 pub struct TlsAcceptor {
     config: ArcSwap<ServerConfig>,
     resumption: Resumption,
+    aliases: AliasCerts,
 }
 
 impl TlsAcceptor {
-    pub fn new(config: Arc<ServerConfig>, resumption: Resumption) -> Self {
+    /// `config` must come from [`load_with`] with `resumption` and `aliases`.
+    pub fn new(config: Arc<ServerConfig>, resumption: Resumption, aliases: AliasCerts) -> Self {
         TlsAcceptor {
             config: ArcSwap::new(config),
             resumption,
+            aliases,
         }
     }
 
     /// What a reloaded configuration resumes sessions with.
     pub fn resumption(&self) -> &Resumption {
         &self.resumption
+    }
+
+    /// The runtime alias certificates: change them here, for new handshakes at once;
+    /// a reloaded configuration serves them too (pass them to [`load_with`]).
+    pub fn aliases(&self) -> &AliasCerts {
+        &self.aliases
     }
 
     /// The acceptor for a new connection (lock-free).
