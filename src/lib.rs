@@ -45,6 +45,7 @@
 //!     hooks), the daemon's life there, and the node's gear registry;
 //!   - [`idler`]: the head gear kept seen by the node's idler while the application
 //!     serves (requests to the peers' gears through their nodes' frontends);
+//!   - [`stomp`]: a STOMP consumer of the broker's routing events on ActiveMQ;
 //!   - [`demo`]: `gearlb demo`, the whole system in one process; [`cli`]: the command
 //!     line; [`memory`]: freed heap pages back to the system when a worker goes idle.
 //! - **`gearlb-sim`**: the cluster simulator (many balancers' real cluster, rotation and
@@ -72,6 +73,7 @@ pub mod scaler;
 pub mod services;
 pub mod state;
 pub mod status;
+pub mod stomp;
 
 // The layers below, under the names the application (and its tests, examples and fuzz
 // targets) have always used.
