@@ -302,10 +302,12 @@ fn run(
                     _ = int.recv() => {}
                     _ = hup.recv() => {
                         info!("SIGHUP: reloading configuration");
+                        crate::systemd::reloading();
                         let reply = app.reload(&ProcessEnv).await;
                         if reply.exit_code == 0 {
                             info!("{}", reply.message);
                         }
+                        crate::systemd::notify("READY=1");
                         continue;
                     }
                 }

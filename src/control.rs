@@ -69,6 +69,10 @@ pub enum Request {
     },
     /// The services, their routes and backends.
     Services,
+    /// A router's routing SPI: broker, events, failures, table, peers.
+    Spi,
+    /// A router: reconcile the table with the broker's REST API now.
+    SpiReconcile,
     /// An instance of a service announces itself (or renews its lease).
     Register {
         service: String,

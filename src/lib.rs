@@ -71,9 +71,11 @@ pub mod report;
 pub mod rotation;
 pub mod scaler;
 pub mod services;
+pub mod spi;
 pub mod state;
 pub mod status;
 pub mod stomp;
+pub mod systemd;
 
 // The layers below, under the names the application (and its tests, examples and fuzz
 // targets) have always used.

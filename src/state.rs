@@ -255,33 +255,11 @@ impl StateStore {
         self.write_atomic(STATE_FILE, &text, *seq)
     }
 
-    /// Write `name` in the state directory: a temporary file, fsync, rename over the
-    /// old one, fsync of the directory. On error the previous file is untouched.
+    /// Write `name` in the state directory (see [`write_atomic`]).
     fn write_atomic(&self, name: &str, text: &[u8], seq: u64) -> Result<(), StateError> {
-        let path = self.dir.join(name);
-        let io = |source| StateError::Io {
-            path: path.clone(),
+        write_atomic(&self.dir, name, text, seq, None).map_err(|source| StateError::Io {
+            path: self.dir.join(name),
             source,
-        };
-        fs::create_dir_all(&self.dir).map_err(io)?;
-        let tmp = self
-            .dir
-            .join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            f.write_all(text)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            // The rename is durable only once the directory entry is.
-            File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            io(e)
         })
     }
 
@@ -292,6 +270,39 @@ impl StateStore {
         fs::rename(self.path(), &bad)?;
         Ok(bad)
     }
+}
+
+/// Write `name` in `dir`: a temporary file (created with `mode` when given: a file
+/// that holds secrets is never readable by others, not even for a moment), fsync,
+/// rename over the old one, fsync of the directory. On error the previous file is
+/// untouched. `seq` names the temporary file (concurrent writers each have their own).
+pub fn write_atomic(
+    dir: &Path,
+    name: &str,
+    text: &[u8],
+    seq: u64,
+    mode: Option<u32>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(name);
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut opts = OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        if let Some(m) = mode {
+            opts.mode(m);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        // The rename is durable only once the directory entry is.
+        File::open(dir)?.sync_all()
+    };
+    write().inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
 }
 
 /// Parse and check a state file's text.

@@ -1151,6 +1151,7 @@ fn sample_report() -> StatusReport {
         availability: None,
         status_listener: None,
         services: vec![],
+        routing_spi: None,
     }
 }
 

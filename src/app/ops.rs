@@ -446,6 +446,8 @@ impl control::Handler for App {
                 let env: HashMap<String, String> = env.into_iter().collect();
                 self.reload(&env).await
             }
+            Request::Spi => self.spi_reply(false).await,
+            Request::SpiReconcile => self.spi_reply(true).await,
             Request::Services => {
                 let report = self.services.report().await;
                 Reply::ok("", serde_json::to_value(report).unwrap_or_default())

@@ -51,6 +51,10 @@ pub struct App {
     pub(super) stopping: CancellationToken,
     /// What the idler keep-seen task did (`crate::idler`).
     pub(super) keep_seen: Arc<crate::idler::Counters>,
+    /// A router's routing SPI, once started (`[routing_spi]`).
+    pub(super) spi: std::sync::OnceLock<Arc<crate::spi::Spi>>,
+    /// `cluster.secret`, which a router's table is given to its peers under.
+    pub(super) cluster_secret: Option<String>,
     /// The configuration in force; also serialises control-plane operations.
     pub(super) config: tokio::sync::Mutex<Config>,
     pub(super) saved: Persistence,

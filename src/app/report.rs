@@ -44,6 +44,7 @@ impl App {
                     versions: crate::services::versions_report(&v.router, &v.router.snapshot()),
                 })
                 .collect(),
+            routing_spi: self.spi.get().map(|s| s.report()),
         }
     }
 
@@ -132,12 +133,33 @@ impl App {
     }
 }
 
+impl App {
+    /// `gearlb ctl spi [reconcile]`: a router's routing SPI report (after reconciling
+    /// with the broker's REST API, when asked).
+    pub(super) async fn spi_reply(&self, reconcile: bool) -> crate::control::Reply {
+        use crate::control::Reply;
+        let Some(spi) = self.spi.get() else {
+            return Reply::error(1, "not a router: this balancer has no [routing_spi]");
+        };
+        if reconcile {
+            if let Err(e) = spi.reconcile_now().await {
+                return Reply::error(1, e);
+            }
+        }
+        Reply::ok("", serde_json::to_value(spi.report()).unwrap_or_default())
+    }
+}
+
 impl StatusSource for App {
     fn report(&self) -> StatusReport {
         self.status()
     }
 
     fn healthy(&self) -> bool {
+        // A router is healthy while it follows its broker, or its table is young.
+        if let Some(spi) = self.spi.get() {
+            return spi.healthy();
+        }
         // A balancer of services alone is healthy while one of them can serve.
         self.router.load().can_serve()
             || self
@@ -157,5 +179,10 @@ impl StatusSource for App {
 
     fn metrics(&self) -> Result<String, std::fmt::Error> {
         self.seen.metrics.encode()
+    }
+
+    fn spi(&self) -> Option<(std::sync::Arc<crate::spi::Spi>, Option<String>)> {
+        let spi = self.spi.get()?.clone();
+        Some((spi, self.cluster_secret.clone()))
     }
 }

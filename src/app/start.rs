@@ -355,6 +355,8 @@ pub(super) fn assemble(
         tls: listeners.tls_acceptor.clone(),
         stopping,
         keep_seen: Arc::new(crate::idler::Counters::default()),
+        spi: std::sync::OnceLock::new(),
+        cluster_secret: cfg.cluster.secret.clone(),
         config: tokio::sync::Mutex::new(cfg),
         saved,
         seen,

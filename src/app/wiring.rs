@@ -244,6 +244,24 @@ impl Server {
                 ))
             })
         };
+        // A router: its table served at once, then the broker's events.
+        let spi_run = {
+            let cfg = app.config.lock().await;
+            crate::spi::start(
+                &cfg,
+                app.services.clone(),
+                app.tls.as_ref().map(|t| t.aliases().clone()),
+                app.cluster.clone(),
+                self.status_listener
+                    .local_addr()
+                    .unwrap_or(cfg.listen.status),
+                stop.clone(),
+            )
+            .await
+        };
+        if let Some(r) = &spi_run {
+            let _ = app.spi.set(r.spi.clone());
+        }
         let share_task = app.cluster.clone().map(|c| {
             tokio::spawn(crate::services::gossip::share(
                 app.services.clone(),
@@ -302,7 +320,25 @@ impl Server {
             app.clone(),
             stop.clone(),
         ));
+        // systemd's readiness (`Type=notify`): serving, and a router's table served.
+        {
+            let app = app.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    if app.spi.get().is_none_or(|s| s.ready()) {
+                        crate::systemd::notify("READY=1");
+                        return;
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                    }
+                }
+            });
+        }
         stop.cancelled().await;
+        crate::systemd::notify("STOPPING=1");
         info!("stopping: no new connections; waiting for requests in flight");
         app.stopping.cancel();
         // Withdrawn upward first: the balancers above stop sending here.
@@ -338,6 +374,9 @@ impl Server {
         }
         if let Some(t) = etcd_task {
             let _ = t.await;
+        }
+        if let Some(r) = spi_run {
+            r.finish().await;
         }
         if let Some(t) = watch_task {
             let _ = t.await;

@@ -78,6 +78,15 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A router: its routing SPI (broker, events, refused events and why, the table,
+    /// its peers'); `gearlb ctl spi reconcile` reconciles the table with the broker's
+    /// REST API now.
+    Spi {
+        /// `reconcile`: now, and show what it repaired.
+        action: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Announce an instance of a service (or renew its lease): it takes requests until
     /// it deregisters or its lease lapses.
     Register {
@@ -167,6 +176,14 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
         ),
         CtlCommand::SetPeers { entries } => (Request::SetPeers { args: entries }, false),
         CtlCommand::Services { json } => (Request::Services, json),
+        CtlCommand::Spi { action, json } => match action.as_deref() {
+            None => (Request::Spi, json),
+            Some("reconcile") => (Request::SpiReconcile, json),
+            Some(other) => {
+                eprintln!("gearlb ctl spi: unknown action {other:?} (only \"reconcile\")");
+                return 64;
+            }
+        },
         CtlCommand::Register {
             service,
             backend,
@@ -318,6 +335,19 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                             notes.join("; ")
                         );
                     }
+                }
+            }
+        }
+        Request::Spi | Request::SpiReconcile if reply.exit_code == 0 => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&reply.data).unwrap_or_default()
+                );
+            } else {
+                match serde_json::from_value::<crate::spi::SpiReport>(reply.data.clone()) {
+                    Ok(r) => print!("{}", crate::spi::report_text(&r)),
+                    Err(_) => println!("{}", reply.message),
                 }
             }
         }

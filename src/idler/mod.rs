@@ -35,5 +35,5 @@
 mod plan;
 mod task;
 
-pub use plan::{node_names, targets, Pacer, Sample, Target, PATH};
+pub use plan::{answered, node_names, targets, Pacer, Sample, Target, PATH};
 pub use task::{run, Counters, FrontendTouch, KeepSeenReport, Settings, Touch};

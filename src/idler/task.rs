@@ -145,6 +145,27 @@ pub struct KeepSeenReport {
 }
 
 impl Counters {
+    /// A keep-seen task runs, a round every `interval`.
+    pub fn start(&self, interval: Duration) {
+        self.enabled.store(true, Ordering::Relaxed);
+        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.interval_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// A round of `targets` requests begins.
+    pub fn round(&self, targets: u64) {
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        self.peers.store(targets, Ordering::Relaxed);
+    }
+
+    /// A request was answered (or `failed`).
+    pub fn sent(&self, failed: bool) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn read(&self) -> KeepSeenReport {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         KeepSeenReport {
@@ -166,9 +187,7 @@ pub async fn run(
     counters: Arc<Counters>,
     stop: CancellationToken,
 ) {
-    counters.enabled.store(true, Ordering::Relaxed);
-    let interval_ms = u64::try_from(settings.interval.as_millis()).unwrap_or(u64::MAX);
-    counters.interval_ms.store(interval_ms, Ordering::Relaxed);
+    counters.start(settings.interval);
     let mut pacer = Pacer::new(Instant::now().into_std(), settings.interval);
     let mut tick = tokio::time::interval(pacer.sample_every());
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -202,8 +221,7 @@ pub async fn run(
             );
             last = Some(peers.clone());
         }
-        counters.rounds.fetch_add(1, Ordering::Relaxed);
-        counters.peers.store(peers.len() as u64, Ordering::Relaxed);
+        counters.round(peers.len() as u64);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = round(peers, &settings, &touch, &counters, &mut log) => {}
@@ -236,15 +254,14 @@ async fn round(
         let Some(done) = running.join_next().await else {
             return;
         };
-        counters.sent.fetch_add(1, Ordering::Relaxed);
         let failure = match done {
             Ok((_, Ok(code))) if answered(code) => None,
             Ok((t, Ok(code))) => Some((t.dns, t.host, format!("status {code}"))),
             Ok((t, Err(e))) => Some((t.dns, t.host, e)),
             Err(e) => Some((String::new(), String::new(), e.to_string())),
         };
+        counters.sent(failure.is_some());
         if let Some((gear, node, error)) = failure {
-            counters.failed.fetch_add(1, Ordering::Relaxed);
             if let Some(held) = log.allow(Instant::now().into_std()) {
                 debug!(%gear, %node, %error, held_back = held, "idler keep-seen request failed");
             }

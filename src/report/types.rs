@@ -76,6 +76,9 @@ pub struct StatusReport {
     /// registrations, etcd).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceStatus>,
+    /// A router's routing SPI (`[routing_spi]`): broker, events, table, peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_spi: Option<crate::spi::SpiReport>,
 }
 
 /// Health-check settings (`[health]`).

@@ -74,6 +74,8 @@ pub struct ServiceSet {
     cfg: ArcSwap<Config>,
     /// The services beside the default one, as published (reports).
     views: ArcSwap<Vec<ServiceView>>,
+    /// What was refused, as published (reports).
+    refused: ArcSwap<Vec<Refusal>>,
     stop: CancellationToken,
     tracker: TaskTracker,
 }
@@ -88,6 +90,7 @@ impl ServiceSet {
             all: ArcSwap::from_pointee(BTreeMap::new()),
             cfg: ArcSwap::from_pointee(cfg.clone()),
             views: ArcSwap::from_pointee(Vec::new()),
+            refused: ArcSwap::from_pointee(Vec::new()),
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         }
@@ -186,91 +189,26 @@ impl ServiceSet {
         }
     }
 
+    /// The routing SPI's applications now (`origin`: the destination they come
+    /// from); applied when they changed.
+    pub async fn set_spi(&self, origin: &str, services: Vec<ServiceConfig>) {
+        let cfg = &*self.cfg.load_full();
+        let mut st = self.state.lock().await;
+        if st.spi.0 != origin || st.spi.1 != services {
+            st.spi = (origin.to_string(), services);
+            self.apply_locked(&mut st, cfg).await;
+        }
+    }
+
+    /// The services refused now, and why, as last published (lock-free).
+    pub fn refused(&self) -> Arc<Vec<Refusal>> {
+        self.refused.load_full()
+    }
+
     /// What this balancer shares with the others: the gossip keys of its file
     /// services and of the instances registered here.
     pub async fn local_keys(&self) -> BTreeMap<String, String> {
         self.state.lock().await.shared_keys()
-    }
-
-    /// Register (or renew) an instance; the reply says until when. Refused with why
-    /// when its service or routes conflict with another source's.
-    pub async fn register(&self, reg: Registration, ttl: Duration) -> Result<String, String> {
-        let cfg = &*self.cfg.load_full();
-        let mut st = self.state.lock().await;
-        let mut reg = reg;
-        if reg.hosts.is_empty() {
-            // An instance joining a registered service carries its routes, so that the
-            // service keeps them whichever instance is left.
-            if let Some(r) = st
-                .running
-                .get(&reg.service)
-                .filter(|r| r.origin == Origin::Registration)
-            {
-                reg.hosts = r.config.hosts.clone();
-                reg.paths = r.config.paths.clone();
-            }
-        }
-        let key = (reg.service.clone(), reg.backend.clone());
-        let renewed = st.leases.get(&key).is_some_and(|l| l.reg == reg);
-        if !st.leases.contains_key(&key) && st.leases.len() >= MAX_REGISTRATIONS {
-            return Err(format!(
-                "registration refused: {MAX_REGISTRATIONS} instances are registered here already"
-            ));
-        }
-        let previous = st.leases.insert(
-            key.clone(),
-            Lease {
-                reg: reg.clone(),
-                expires: Instant::now() + ttl,
-            },
-        );
-        if renewed {
-            return Ok(format!(
-                "lease of {}/{} renewed for {ttl:?}",
-                reg.service, reg.backend
-            ));
-        }
-        self.apply_locked(&mut st, cfg).await;
-        let why = st
-            .refused
-            .iter()
-            .find(|r| {
-                r.service == reg.service
-                    && r.origin == Origin::Registration
-                    && r.backend.as_ref().is_none_or(|b| *b == reg.backend)
-            })
-            .map(|r| r.why.clone());
-        if let Some(why) = why {
-            match previous {
-                Some(p) => st.leases.insert(key, p),
-                None => st.leases.remove(&key),
-            };
-            self.apply_locked(&mut st, cfg).await;
-            return Err(format!("registration refused: {why}"));
-        }
-        info!(service = %reg.service, backend = %reg.backend, addr = %reg.addr, ?ttl, "instance registered");
-        Ok(format!(
-            "{}/{} registered at {} for {ttl:?} (renew before it lapses)",
-            reg.service, reg.backend, reg.addr
-        ))
-    }
-
-    /// Deregister an instance: it drains, then goes.
-    pub async fn deregister(&self, service: &str, backend: &str) -> Result<String, String> {
-        let cfg = &*self.cfg.load_full();
-        let mut st = self.state.lock().await;
-        if st
-            .leases
-            .remove(&(service.to_string(), backend.to_string()))
-            .is_none()
-        {
-            return Err(format!(
-                "no registered instance {backend:?} of service {service:?}"
-            ));
-        }
-        info!(%service, %backend, "instance deregistered: it drains");
-        self.apply_locked(&mut st, cfg).await;
-        Ok(format!("{service}/{backend} deregistered: draining"))
     }
 
     /// Apply the configuration in force (start-up and reload).
@@ -373,6 +311,12 @@ impl ServiceSet {
                 .iter()
                 .map(|(k, s)| (Origin::Etcd(k.clone()), s.clone())),
         );
+        files.extend(
+            st.spi
+                .1
+                .iter()
+                .map(|s| (Origin::Spi(st.spi.0.clone()), s.clone())),
+        );
         let mut all_regs: Vec<(String, Registration)> = st
             .leases
             .values()
@@ -447,6 +391,7 @@ impl ServiceSet {
                 warn!(service = %r.service, origin = %r.origin, "service refused: {}", r.why);
             }
         }
+        self.refused.store(Arc::new(refused.clone()));
         st.refused = refused;
         self.publish(st, default);
     }
@@ -590,6 +535,7 @@ impl ServiceSet {
     }
 }
 
+mod leases;
 mod report;
 mod running;
 mod state;

@@ -31,6 +31,8 @@ pub enum Origin {
     Registration,
     /// A key of etcd.
     Etcd(String),
+    /// An application of the broker's routing SPI (the destination it came from).
+    Spi(String),
 }
 
 impl std::fmt::Display for Origin {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Origin {
             Origin::File(p) => write!(f, "file {}", p.display()),
             Origin::Registration => f.write_str("registration"),
             Origin::Etcd(k) => write!(f, "etcd key {k}"),
+            Origin::Spi(d) => write!(f, "routing SPI {d}"),
         }
     }
 }

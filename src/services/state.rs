@@ -84,6 +84,8 @@ pub(super) struct State {
     /// The decision (its `at_ms`) each service runs by here.
     pub(super) adopted: BTreeMap<String, u64>,
     pub(super) etcd: EtcdState,
+    /// The routing SPI's applications (origin: the destination), when a router.
+    pub(super) spi: (String, Vec<ServiceConfig>),
     pub(super) files: BTreeMap<PathBuf, FileState>,
     pub(super) leases: BTreeMap<(String, String), Lease>,
     pub(super) running: BTreeMap<String, Running>,

@@ -113,6 +113,8 @@ pub async fn serve<S: StatusSource>(
                     c.request_started();
                     let r = if req.method() == Method::POST && api::is_api_path(req.uri().path()) {
                         register(&*source, req).await
+                    } else if req.uri().path() == crate::spi::TABLE_PATH {
+                        spi_table(&*source, &req).await
                     } else {
                         route(&*source, &req)
                     };
@@ -138,6 +140,31 @@ pub async fn serve<S: StatusSource>(
             counters.connection_closed();
         });
     }
+}
+
+/// A router's table, for a peer router that starts without one (see
+/// `crate::spi::serve_table`): authenticated and sealed with the cluster's secret.
+async fn spi_table<S: StatusSource>(source: &S, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some((spi, secret)) = source.spi() else {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    };
+    if req.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+    }
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let (status, body) = crate::spi::serve_table(&spi, secret.as_deref(), auth).await;
+    with_type(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Bytes::from(body),
+        if status == 200 {
+            "application/octet-stream"
+        } else {
+            "text/plain; charset=utf-8"
+        },
+    )
 }
 
 /// Registration over HTTP (see [`crate::services::api`]): the body read up to its

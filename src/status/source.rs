@@ -21,6 +21,10 @@ pub trait StatusSource: Send + Sync + 'static {
     fn services(&self) -> Option<std::sync::Arc<crate::services::ServiceSet>> {
         None
     }
+    /// A router's routing SPI, and the cluster's secret its table is given under.
+    fn spi(&self) -> Option<(std::sync::Arc<crate::spi::Spi>, Option<String>)> {
+        None
+    }
     /// The Prometheus exposition ([`crate::metrics::Metrics::encode`]).
     fn metrics(&self) -> Result<String, std::fmt::Error>;
 }

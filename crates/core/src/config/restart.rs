@@ -68,6 +68,12 @@ pub const RESTART_ONLY: &[RestartOnly] = &[
             new.discovery.etcd_prefix = old.discovery.etcd_prefix.clone();
         },
     },
+    // A router's consumer, its reconciliation and its keep-seen task start with it.
+    RestartOnly {
+        name: "routing_spi",
+        changed: |a, b| a.routing_spi != b.routing_spi,
+        keep: |new, old| new.routing_spi = old.routing_spi.clone(),
+    },
     // The idler's keep-seen task is started (or not) with the balancer.
     RestartOnly {
         name: "idler",

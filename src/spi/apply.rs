@@ -1,0 +1,188 @@
+//! One routing event, from delivery to acknowledgment ([`Spi::handle`]): a redelivery
+//! is recognised by its id and changes nothing; the body is parsed and checked (an
+//! `add_ssl`'s certificate is decrypted and matched to its key); the table is changed,
+//! the event journaled (fsync), and what the table routes published. Only then does
+//! the handler return, and the consumer acknowledge the event. An event that cannot be
+//! applied (a malformed body, a bad certificate) is logged with its reason, recorded in
+//! the report and acknowledged too: it must not hold back the ones behind it, and a
+//! NACK would dead-letter it. A crash anywhere before the acknowledgment redelivers the
+//! event, and applying it again changes nothing.
+
+use std::sync::atomic::Ordering;
+
+use tracing::{debug, info, warn};
+
+use super::report::Failure;
+use super::store::Entry;
+use super::{Action, Spi, Table};
+use crate::stomp::Delivery;
+
+/// Apply one journaled event while the table is loaded (its certificate was checked
+/// when it was first applied).
+pub(super) fn replay(table: &mut Table, e: Entry) {
+    if table.seen(&e.id) {
+        return;
+    }
+    if let Ok(ev) = super::parse(e.body.as_bytes()) {
+        table.apply(&ev, e.cert);
+    }
+    table.remember(&e.id);
+}
+
+#[async_trait::async_trait]
+impl crate::stomp::Handler for Spi {
+    async fn handle(&self, d: Delivery) {
+        // Nothing is applied before the table is bootstrapped (a peer's, the REST
+        // API's): the broker holds the events meanwhile.
+        let mut gate = self.gate.subscribe();
+        if gate.wait_for(|open| *open).await.is_err() {
+            return;
+        }
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
+        let id = d.message_id.clone();
+        let mut table = self.table.lock().await;
+        table.current_ms = crate::time::unix_ms();
+        if table.seen(&id) {
+            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+            info!(message_id = %id, "routing event delivered again: it was applied already");
+            return;
+        }
+        let failure = |action: &str, service: String, reason: String| Failure {
+            at_ms: crate::time::unix_ms(),
+            message_id: id.clone(),
+            action: action.to_string(),
+            service,
+            reason,
+        };
+        let ev = match super::parse(&d.body) {
+            Ok(ev) => ev,
+            Err(reason) => {
+                warn!(message_id = %id, %reason, "routing event refused: acknowledged, nothing changed");
+                self.failed(failure("", String::new(), reason));
+                self.remember_failed(&mut table, &id).await;
+                return;
+            }
+        };
+        if let Action::Other(name) = &ev.action {
+            self.counters.ignored.fetch_add(1, Ordering::Relaxed);
+            let first = self
+                .logged_actions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone());
+            if first {
+                info!(action = %name, deprecated = ev.deprecated, "routing event with an action that is not a routing change: acknowledged and left alone (logged once)");
+            } else {
+                debug!(action = %name, "routing event left alone");
+            }
+            self.remember_failed(&mut table, &id).await;
+            return;
+        }
+        let service = ev.service();
+        let cert = match (&ev.action, &ev.alias, &ev.ssl) {
+            (Action::AddSsl, Some(alias), Some(ssl)) => {
+                match gearlb_proxy::certs::alias_cert(
+                    alias,
+                    &ssl.cert,
+                    &ssl.key,
+                    ssl.pass_phrase.as_deref(),
+                ) {
+                    Ok(c) => Some(super::table::Cert {
+                        cert_pem: ssl.cert.clone(),
+                        key_pem: c.plain_key_pem.clone(),
+                        fingerprint: c.fingerprint.clone(),
+                        active: true,
+                    }),
+                    Err(reason) => {
+                        warn!(message_id = %id, %service, %alias, %reason, "certificate refused: the alias keeps the default certificate; acknowledged");
+                        self.failed(failure("add_ssl", service, reason));
+                        self.remember_failed(&mut table, &id).await;
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let applied = table.apply(&ev, cert.clone());
+        table.remember(&id);
+        let entry = Entry {
+            id: id.clone(),
+            body: String::from_utf8_lossy(&d.body).into_owned(),
+            cert,
+        };
+        self.journal_until_saved(entry, &table).await;
+        if applied.changed {
+            self.publish(&table).await;
+        } else {
+            self.applied.store(table.applied, Ordering::Relaxed);
+        }
+        self.counters.applied.fetch_add(1, Ordering::Relaxed);
+        info!(message_id = %id, action = %ev.action.name(), %service, changed = applied.changed, "routing event applied: {}", applied.note);
+    }
+}
+
+impl Spi {
+    /// Journal an applied event, trying again (with backoff, logged once) while the
+    /// disk refuses: the event is not acknowledged before it is saved, and the broker
+    /// keeps the ones behind it meanwhile. Gives up only when the balancer stops.
+    async fn journal_until_saved(&self, entry: Entry, table: &Table) {
+        let mut wait = std::time::Duration::from_millis(250);
+        let mut warned = false;
+        loop {
+            let e = Entry {
+                id: entry.id.clone(),
+                body: entry.body.clone(),
+                cert: entry.cert.clone(),
+            };
+            match self.journal(e, table).await {
+                Ok(()) => {
+                    if warned {
+                        info!(message_id = %entry.id, "routing table saved again: events are acknowledged again");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    if !warned {
+                        warn!(message_id = %entry.id, error = %e, "routing table cannot be saved: the event is not acknowledged until it is (trying again)");
+                        warned = true;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            wait = (wait * 2).min(std::time::Duration::from_secs(30));
+        }
+    }
+
+    /// Journal an applied event (and fold the journal into a snapshot when due), off
+    /// the runtime's threads, durably before it returns.
+    async fn journal(&self, entry: Entry, table: &Table) -> Result<(), String> {
+        let store = self.store.clone();
+        let due = tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            s.append(&entry).map(|()| s.due())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        if due {
+            self.write_snapshot(table).await?;
+        }
+        Ok(())
+    }
+
+    /// An event that changed nothing (refused, or not a routing change) is remembered
+    /// by its id, so that its redelivery is not reported again; journaled like any.
+    async fn remember_failed(&self, table: &mut Table, id: &str) {
+        table.remember(id);
+        let entry = Entry {
+            id: id.to_string(),
+            body: String::new(),
+            cert: None,
+        };
+        self.journal_until_saved(entry, table).await;
+        self.applied.store(table.applied, Ordering::Relaxed);
+    }
+}
