@@ -14,8 +14,10 @@ use support::*;
 async fn forwarding_headers_host_and_path_exact() {
     let b = TestBackend::start("web1").await;
     let dir = workdir();
+    // The client is a trusted front here (a router): its list is appended to.
     let every = "[proxy]\nforwarded_headers = [\"x-forwarded-for\", \"x-forwarded-proto\", \
-                 \"x-forwarded-host\", \"X-Forwarded-Port\", \"forwarded\"]\n";
+                 \"x-forwarded-host\", \"X-Forwarded-Port\", \"forwarded\"]\n\
+                 trust_forwarded = [\"127.0.0.1\"]\n";
     let lb = Gearlb::start(
         dir.path(),
         &config_text(dir.path(), &[("web1", b.addr)], every),
@@ -63,15 +65,19 @@ async fn forwarding_headers_host_and_path_exact() {
 }
 
 /// By default only `X-Forwarded-For` and `-Proto` are set: the gear's listener port is
-/// not the public one, and `Host` goes through unchanged. What the router in front set
-/// reaches the web gear as it was.
+/// not the public one, and `Host` goes through unchanged. What the router in front (a
+/// trusted front) set reaches the web gear as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_forwarding_headers_are_for_and_proto() {
     let b = TestBackend::start("web1").await;
     let dir = workdir();
     let lb = Gearlb::start(
         dir.path(),
-        &config_text(dir.path(), &[("web1", b.addr)], ""),
+        &config_text(
+            dir.path(),
+            &[("web1", b.addr)],
+            "[proxy]\ntrust_forwarded = [\"127.0.0.0/8\"]\n",
+        ),
     );
     let got = get(
         lb.proxy,
@@ -89,6 +95,54 @@ async fn default_forwarding_headers_are_for_and_proto() {
     assert_eq!(h["x-forwarded-port"][0], "443");
     for absent in ["x-forwarded-host", "forwarded"] {
         assert!(h.get(absent).is_none(), "{absent} was set: {h}");
+    }
+}
+
+/// A client that is not a listed front (outside a gear, by default nobody is) claims
+/// nothing: its address list is replaced by its address, its scheme by the one it
+/// used, and the forwarding headers gearlb does not set are removed; a sticky cookie
+/// is not `Secure` for its word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_client_cannot_claim_another_address_or_https() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let lb = Gearlb::start(
+        dir.path(),
+        &config_text(dir.path(), &[("web1", b.addr)], ""),
+    );
+    let got = get(
+        lb.proxy,
+        "/headers",
+        &[
+            ("host", "app.example.com"),
+            ("x-forwarded-for", "10.9.9.9"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-port", "443"),
+            ("forwarded", "for=10.9.9.9;proto=https"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.status, 200);
+    let set = got
+        .headers
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert!(
+        set.is_some_and(|c| !c.contains("Secure")),
+        "{:?}",
+        got.headers
+    );
+    let seen = got.json();
+    let h = &seen["headers"];
+    assert_eq!(
+        h["x-forwarded-for"],
+        serde_json::json!(["127.0.0.1"]),
+        "{h}"
+    );
+    assert_eq!(h["x-forwarded-proto"], serde_json::json!(["http"]), "{h}");
+    for absent in ["x-forwarded-port", "forwarded"] {
+        assert!(h.get(absent).is_none(), "{absent} was passed: {h}");
     }
 }
 

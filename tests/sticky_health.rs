@@ -43,7 +43,12 @@ fn balancer(dir: &std::path::Path, gears: &[TestBackend], extra: &str) -> Gearlb
 async fn sticky_cookie_pins_and_is_stripped() {
     let g = gears(3).await;
     let dir = workdir();
-    let lb = balancer(dir.path(), &g, "");
+    // The client is a trusted front (the router) saying its client came over HTTPS.
+    let lb = balancer(
+        dir.path(),
+        &g,
+        "[proxy]\ntrust_forwarded = [\"127.0.0.1\"]\n",
+    );
 
     let first = get(lb.proxy, "/headers", &[("x-forwarded-proto", "https")])
         .await

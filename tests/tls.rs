@@ -182,6 +182,47 @@ async fn https_requests_are_proxied_with_https_headers_and_secure_cookie() {
         .contains("Secure"));
 }
 
+/// Where gearlb terminates TLS itself it says `https`, even to a trusted front's
+/// claim: HAProxy sets it so too. A trusted front's address list is appended to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_proto_is_https_even_from_a_trusted_front() {
+    let b = TestBackend::start("web1").await;
+    let dir = workdir();
+    let pair = self_signed(&["localhost"]);
+    write_pair(dir.path(), "site", &pair);
+    let cfg = tls_config(
+        dir.path(),
+        b.addr,
+        "cert = \"site.pem\"\nkey = \"site.key\"",
+    )
+    .replace("trust_forwarded = false", "trust_forwarded = true");
+    let g = Gearlb::start(dir.path(), &cfg);
+    let s = connect(tls_addr(&g), "localhost", std::slice::from_ref(&pair.2))
+        .await
+        .unwrap();
+    let mut sender = http(s).await;
+    let got = get_on(
+        &mut sender,
+        "/headers",
+        &[
+            ("x-forwarded-proto", "http"),
+            ("x-forwarded-for", "192.0.2.9"),
+        ],
+    )
+    .await;
+    let seen = got.json();
+    assert_eq!(seen["headers"]["x-forwarded-proto"][0], "https", "{seen}");
+    assert_eq!(
+        seen["headers"]["x-forwarded-for"][0],
+        "192.0.2.9, 127.0.0.1"
+    );
+    // On the plain listener the trusted front's word counts.
+    let plain = get(g.proxy, "/headers", &[("x-forwarded-proto", "https")])
+        .await
+        .unwrap();
+    assert_eq!(plain.json()["headers"]["x-forwarded-proto"][0], "https");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_are_chosen_by_sni_with_a_default() {
     let b = TestBackend::start("web1").await;
