@@ -383,6 +383,10 @@ async fn consume_loop(
             }
         }
         let live = broken.is_none();
+        if !live {
+            // Not connected any more, even while the handler finishes.
+            status.set_disconnected();
+        }
         let dead_at = dead_after.map(|d| conn.last_read + d);
         let beat_at = beat_every.map(|b| conn.last_write + b);
         tokio::select! {

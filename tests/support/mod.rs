@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod activemq;
 mod scripted;
 pub mod tls_gear;
 #[allow(unused_imports)]

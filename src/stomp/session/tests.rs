@@ -459,6 +459,8 @@ async fn cut_mid_handler_waits_for_it_then_reconnects() {
     b.write(MESSAGE).await;
     c.delivery().await;
     drop(b);
+    c.until("disconnected while the handler runs", |s| !s.connected())
+        .await;
     // No reconnection while the handler runs.
     assert!(timeout(Duration::from_millis(600), l.accept())
         .await
