@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod activemq;
+pub mod router;
 mod scripted;
 pub mod tls_gear;
 #[allow(unused_imports)]
