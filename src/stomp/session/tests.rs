@@ -84,6 +84,12 @@ impl Fake {
         c.stopped().await;
     }
 
+    /// [`Fake::welcome`] in STOMP 1.2 without heart-beats.
+    async fn welcomed(mut self) -> Fake {
+        self.welcome("1.2", "0,0").await;
+        self
+    }
+
     /// CONNECT → CONNECTED, SUBSCRIBE → RECEIPT.
     async fn welcome(&mut self, version: &str, heart_beat: &str) -> (Frame, Frame) {
         let connect = self.frame().await;
@@ -504,4 +510,63 @@ async fn stop_lets_the_handler_finish_and_acks() {
         .unwrap()
         .unwrap();
     assert_eq!(c.rec.done.lock().unwrap().len(), 1);
+}
+
+/// The log of a long outage stays readable: one warning when it starts (not one per
+/// retry), one info line when the consumer is subscribed again.
+#[tokio::test]
+async fn one_warning_per_outage() {
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // tracing caches a callsite's interest when first hit, on any thread; were this
+    // scoped subscriber the only dispatcher registered, tracing would ask the global one
+    // (none) for the callsites other tests' threads hit first, and they would stay off
+    // here. With two registered, it asks each of them.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let l = listener().await;
+    let mut s = settings(l.local_addr().unwrap());
+    s.max_backoff = Duration::from_millis(50);
+    let c = Consumer::start(s, None, Duration::ZERO);
+    for _ in 0..6 {
+        let mut b = Fake::accept(&l).await;
+        b.frame().await;
+        b.write(b"ERROR\nmessage:not now\n\n\0").await;
+    }
+    let b = Fake::accept(&l).await.welcomed().await;
+    c.until("subscribed", |s| s.connected()).await;
+    drop(b);
+    for _ in 0..3 {
+        let mut b = Fake::accept(&l).await;
+        b.frame().await;
+        b.write(b"ERROR\nmessage:not yet\n\n\0").await;
+    }
+    let b = Fake::accept(&l).await.welcomed().await;
+    c.until("subscribed again", |s| s.snapshot().connections == 2)
+        .await;
+    b.bye(c).await;
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count(" WARN "), 2, "{text}");
+    assert_eq!(count("cannot subscribe at the broker"), 1, "{text}");
+    assert_eq!(count("connection lost"), 1, "{text}");
+    assert_eq!(count("not now"), 1, "{text}");
+    assert_eq!(count("STOMP consumer subscribed again"), 2, "{text}");
+    assert_eq!(count("STOMP consumer stopped"), 1, "{text}");
 }
