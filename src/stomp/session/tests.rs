@@ -221,6 +221,10 @@ fn heart_beat_agreement() {
         negotiate(Duration::ZERO, Some("100,100")).unwrap(),
         (None, None)
     );
+    let day = Some(s(24 * 3600));
+    let max = Some("18446744073709551615,18446744073709551615");
+    assert_eq!(negotiate(s(1), max).unwrap(), (day, day));
+    assert_eq!(negotiate(Duration::MAX, Some("1,1")).unwrap(), (day, day));
     assert!(negotiate(s(1), Some("x,1")).is_err());
     assert!(negotiate(s(1), Some("100")).is_err());
 }
@@ -290,6 +294,22 @@ async fn version_1_1_acks_by_message_id_and_subscription() {
     let ack = b.frame().await;
     assert_eq!(ack.get("message-id"), Some("m:1"));
     assert_eq!(ack.get("subscription"), subscribe.get("id"));
+    b.bye(c).await;
+}
+
+/// Absurd heart-beat intervals from a broker are capped, not a panic.
+#[tokio::test]
+async fn huge_heart_beats_are_capped() {
+    let l = listener().await;
+    let mut s = settings(l.local_addr().unwrap());
+    s.heartbeat = Duration::from_millis(100);
+    let mut c = Consumer::start(s, None, Duration::ZERO);
+    let mut b = Fake::accept(&l).await;
+    b.welcome("1.2", "18446744073709551615,18446744073709551615")
+        .await;
+    b.write(MESSAGE).await;
+    c.delivery().await;
+    assert_eq!(b.frame().await.command, Command::Ack);
     b.bye(c).await;
 }
 
