@@ -313,7 +313,14 @@ async fn durable_subscription_keeps_messages_while_away() {
     c.until_received(5).await;
     c.until("acked", |c| c.status.snapshot().acked == 5).await;
     let want: Vec<String> = events.iter().map(yaml_of).collect();
+    // ActiveMQ answers DISCONNECT's receipt: no wait for it to time out (2 s).
+    let stopping = Instant::now();
     assert_eq!(c.stopped().await.bodies(), want);
+    assert!(
+        stopping.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        stopping.elapsed()
+    );
 }
 
 /// (c) A message whose handler had not returned when the connection was lost is

@@ -127,14 +127,14 @@ impl Outage {
     ) {
         self.failures += 1;
         if self.since.is_some() {
-            debug!(broker, error = %e, failures = self.failures, retry_in = ?wait, "STOMP consumer: still no broker");
+            debug!(broker = %broker, error = %e, failures = self.failures, retry_in = ?wait, "STOMP consumer: still no broker");
             return;
         }
         self.since = Some(Instant::now());
         if was_up {
-            warn!(broker, error = %e, "STOMP consumer: connection lost; reconnecting (retries logged at debug until subscribed again)");
+            warn!(broker = %broker, error = %e, "STOMP consumer: connection lost; reconnecting (retries logged at debug until subscribed again)");
         } else {
-            warn!(broker, error = %e, "STOMP consumer: cannot subscribe at the broker; retrying with backoff (retries logged at debug until subscribed)");
+            warn!(broker = %broker, error = %e, "STOMP consumer: cannot subscribe at the broker; retrying with backoff (retries logged at debug until subscribed)");
         }
     }
 }

@@ -65,9 +65,14 @@ pub struct Outcome {
     pub end: End,
 }
 
+/// The longest heart-beat interval taken from either side: a broker's `heart-beat` of
+/// `u64::MAX` ms must not overflow a deadline.
+const MAX_BEAT_MS: u64 = 24 * 3600 * 1000;
+
 /// The heart-beat agreement (STOMP 1.1 §Heart-beating): we send `cx` and want `cy`
 /// (both `ours`); the broker answers `sx,sy`. We send every `max(cx, sy)` unless either
-/// is 0; the broker every `max(sx, cy)` unless either is 0.
+/// is 0; the broker every `max(sx, cy)` unless either is 0. Intervals are capped at a
+/// day.
 pub fn negotiate(
     ours: Duration,
     theirs: Option<&str>,
@@ -86,9 +91,19 @@ pub fn negotiate(
             })?
         }
     };
-    let c = ours.as_millis().min(u64::MAX as u128) as u64;
-    let every = |a: u64, b: u64| (a != 0 && b != 0).then(|| Duration::from_millis(a.max(b)));
+    let c = ours.as_millis().min(MAX_BEAT_MS as u128) as u64;
+    let every = |a: u64, b: u64| {
+        (a != 0 && b != 0).then(|| Duration::from_millis(a.max(b).min(MAX_BEAT_MS)))
+    };
     Ok((every(c, sy), every(sx, c)))
+}
+
+/// `d` from now, or a year from now when that would overflow (a setting of `u64::MAX`
+/// seconds).
+fn later(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The socket, the codec and the clocks of one connection.
@@ -260,7 +275,7 @@ async fn handshake(
         connect = connect.header("passcode", passcode.as_str());
     }
     conn.send(&connect).await?;
-    let deadline = Instant::now() + s.connect_timeout;
+    let deadline = later(s.connect_timeout);
     let frame = loop {
         if let Some(frame) = conn.next_frame()? {
             break frame;
@@ -467,7 +482,7 @@ async fn disconnect(conn: &mut Conn) {
     if conn.send(&bye).await.is_err() {
         return;
     }
-    let deadline = Instant::now() + BYE_WAIT;
+    let deadline = later(BYE_WAIT);
     loop {
         match conn.next_frame() {
             Ok(Some(f)) if f.command == Command::Receipt && f.get("receipt-id") == Some(BYE) => {

@@ -99,6 +99,7 @@ pub trait Handler: Send + Sync {
     /// The same message may come again (its ACK was lost with the connection; the broker
     /// redelivers it, without saying so): handling must be idempotent. The consumer polls
     /// this future on its own task, between reads and heart-beats: it may take long
-    /// (an fsync through `spawn_blocking`) but must not block the thread.
+    /// (an fsync through `spawn_blocking`) but must not block the thread. A panic in it
+    /// unwinds out of [`consume`](super::consume) (the message stays unACKed).
     async fn handle(&self, delivery: Delivery);
 }

@@ -1,6 +1,7 @@
 //! Test support: small backend servers, a `gearlb` process wrapper and HTTP helpers.
 //! Everything listens on 127.0.0.1 with ports chosen by the kernel, but the few a test
-//! must know before a process binds them ([`free_port`]).
+//! must know before a process binds them ([`free_port`]). [`activemq`]: Debian's ActiveMQ
+//! and origin-server's routing plugin, for the STOMP consumer's tests.
 
 #![allow(dead_code)]
 

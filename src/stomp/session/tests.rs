@@ -84,6 +84,12 @@ impl Fake {
         c.stopped().await;
     }
 
+    /// [`Fake::welcome`] in STOMP 1.2 without heart-beats.
+    async fn welcomed(mut self) -> Fake {
+        self.welcome("1.2", "0,0").await;
+        self
+    }
+
     /// CONNECT → CONNECTED, SUBSCRIBE → RECEIPT.
     async fn welcome(&mut self, version: &str, heart_beat: &str) -> (Frame, Frame) {
         let connect = self.frame().await;
@@ -215,6 +221,10 @@ fn heart_beat_agreement() {
         negotiate(Duration::ZERO, Some("100,100")).unwrap(),
         (None, None)
     );
+    let day = Some(s(24 * 3600));
+    let max = Some("18446744073709551615,18446744073709551615");
+    assert_eq!(negotiate(s(1), max).unwrap(), (day, day));
+    assert_eq!(negotiate(Duration::MAX, Some("1,1")).unwrap(), (day, day));
     assert!(negotiate(s(1), Some("x,1")).is_err());
     assert!(negotiate(s(1), Some("100")).is_err());
 }
@@ -284,6 +294,22 @@ async fn version_1_1_acks_by_message_id_and_subscription() {
     let ack = b.frame().await;
     assert_eq!(ack.get("message-id"), Some("m:1"));
     assert_eq!(ack.get("subscription"), subscribe.get("id"));
+    b.bye(c).await;
+}
+
+/// Absurd heart-beat intervals from a broker are capped, not a panic.
+#[tokio::test]
+async fn huge_heart_beats_are_capped() {
+    let l = listener().await;
+    let mut s = settings(l.local_addr().unwrap());
+    s.heartbeat = Duration::from_millis(100);
+    let mut c = Consumer::start(s, None, Duration::ZERO);
+    let mut b = Fake::accept(&l).await;
+    b.welcome("1.2", "18446744073709551615,18446744073709551615")
+        .await;
+    b.write(MESSAGE).await;
+    c.delivery().await;
+    assert_eq!(b.frame().await.command, Command::Ack);
     b.bye(c).await;
 }
 
@@ -504,4 +530,63 @@ async fn stop_lets_the_handler_finish_and_acks() {
         .unwrap()
         .unwrap();
     assert_eq!(c.rec.done.lock().unwrap().len(), 1);
+}
+
+/// The log of a long outage stays readable: one warning when it starts (not one per
+/// retry), one info line when the consumer is subscribed again.
+#[tokio::test]
+async fn one_warning_per_outage() {
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // tracing caches a callsite's interest when first hit, on any thread; were this
+    // scoped subscriber the only dispatcher registered, tracing would ask the global one
+    // (none) for the callsites other tests' threads hit first, and they would stay off
+    // here. With two registered, it asks each of them.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let l = listener().await;
+    let mut s = settings(l.local_addr().unwrap());
+    s.max_backoff = Duration::from_millis(50);
+    let c = Consumer::start(s, None, Duration::ZERO);
+    for _ in 0..6 {
+        let mut b = Fake::accept(&l).await;
+        b.frame().await;
+        b.write(b"ERROR\nmessage:not now\n\n\0").await;
+    }
+    let b = Fake::accept(&l).await.welcomed().await;
+    c.until("subscribed", |s| s.connected()).await;
+    drop(b);
+    for _ in 0..3 {
+        let mut b = Fake::accept(&l).await;
+        b.frame().await;
+        b.write(b"ERROR\nmessage:not yet\n\n\0").await;
+    }
+    let b = Fake::accept(&l).await.welcomed().await;
+    c.until("subscribed again", |s| s.snapshot().connections == 2)
+        .await;
+    b.bye(c).await;
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let count = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count(" WARN "), 2, "{text}");
+    assert_eq!(count("cannot subscribe at the broker"), 1, "{text}");
+    assert_eq!(count("connection lost"), 1, "{text}");
+    assert_eq!(count("not now"), 1, "{text}");
+    assert_eq!(count("STOMP consumer subscribed again"), 2, "{text}");
+    assert_eq!(count("STOMP consumer stopped"), 1, "{text}");
 }
