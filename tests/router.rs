@@ -233,6 +233,8 @@ async fn bad_events_are_acknowledged_reported_and_do_not_block_the_next() {
         "the event behind the bad ones is applied: {}",
         r.log_text()
     );
+    // The plugin does not keep events in order: wait for all nine.
+    wait_taken(&r, 9);
     let report = spi(&r);
     assert_eq!(report["events"]["failed"], 3, "{report}");
     assert_eq!(report["events"]["ignored"], 2, "{report}");

@@ -91,8 +91,9 @@ pub async fn run(
         let now = served(&spi);
         let busy: BTreeSet<String> = now
             .iter()
+            // An application seen for the first time starts from what it served.
             .filter(|(name, (req, open))| {
-                *open > 0 || last.get(*name).is_none_or(|(r, _)| r != req)
+                *open > 0 || last.get(*name).is_some_and(|(r, _)| r != req)
             })
             .map(|(name, _)| name.clone())
             .collect();

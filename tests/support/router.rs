@@ -57,6 +57,13 @@ impl Source {
         }
     }
 
+    /// Publish one event's bytes (as the plugin makes them) and wait until the broker
+    /// took it: events sent so reach subscribers in the order sent, which the plugin
+    /// does not promise (it does not wait; two in a row were seen swapped).
+    pub fn send_ordered(&self, e: Event) {
+        self.broker.publish(&self.destination, &yaml_of(&e));
+    }
+
     /// Publish a body of our own (a malformed event).
     pub fn raw(&self, body: &str) {
         self.broker.publish(&self.destination, body);
@@ -150,7 +157,7 @@ pub fn config(dir: &Path, source: &Source, id: &str, tls: bool, extra: &str) -> 
     let mut s = format!(
         "[listen]\nproxy = \"127.0.0.1:0\"\nstatus = \"127.0.0.1:0\"\n{tls_listen}\
          [control]\nsocket = \"{sock}\"\n[state]\ndir = \"{data}\"\n\
-         [health]\ninterval = \"300ms\"\n\
+         [health]\ninterval = \"300ms\"\n{tls_certs}\
          [routing_spi]\nbrokers = [\"{broker}\"]\ndestination = \"{dest}\"\n\
          username = \"{user}\"\npassword = \"{pass}\"\nclient_id = \"{id}\"\n\
          cloud_domain = \"{DOMAIN}\"\nheartbeat = \"1s\"\n",
@@ -159,14 +166,16 @@ pub fn config(dir: &Path, source: &Source, id: &str, tls: bool, extra: &str) -> 
         data = dir.join("data").display(),
         broker = source.broker.addr(),
         dest = source.destination,
+        tls_certs = if tls {
+            format!(
+                "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                fixture("wildcard.crt").display(),
+                fixture("wildcard.key").display()
+            )
+        } else {
+            String::new()
+        },
     );
-    if tls {
-        s.push_str(&format!(
-            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-            fixture("wildcard.crt").display(),
-            fixture("wildcard.key").display()
-        ));
-    }
     // Later tables of `extra` come after [routing_spi]'s keys: its own keys first.
     s.push_str(extra);
     s.push('\n');
@@ -202,6 +211,28 @@ pub fn wait_subscribed(r: &Gearlb) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("the router never subscribed: {}", r.log_text());
+}
+
+/// Wait (20 s at most) until the router took `n` events in (applied, refused or left
+/// alone).
+pub fn wait_taken(r: &Gearlb, n: u64) {
+    let end = Instant::now() + Duration::from_secs(20);
+    let taken = |r: &Gearlb| {
+        let e = &spi(r)["events"];
+        ["applied", "failed", "ignored"]
+            .iter()
+            .map(|k| e[k].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    while taken(r) < n {
+        assert!(
+            Instant::now() < end,
+            "{} events taken, not {n}: {}",
+            taken(r),
+            spi(r)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The router's report of its routing SPI (`gearlb ctl spi --json`).
