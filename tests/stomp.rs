@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gearlb::stomp::{consume, Delivery, Handler, Settings, Status};
+use gearlb::stomp::{consume, Delivery, Handled, Handler, Settings, Status};
 use support::activemq::{yaml_of, Broker, Event, Mapping, Options, Plugin, Relay, PASSWORD, USER};
 use tokio::sync::Semaphore;
 use tokio::task::{block_in_place, JoinHandle};
@@ -29,14 +29,21 @@ const WAIT: Duration = Duration::from_secs(20);
 struct Recorder {
     got: Mutex<Vec<Delivery>>,
     gate: Option<Arc<Semaphore>>,
+    /// Deliveries kept unacknowledged (`Handled::Keep`) before the others are taken.
+    keep: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
 impl Handler for Recorder {
-    async fn handle(&self, d: Delivery) {
+    async fn handle(&self, d: Delivery) -> Handled {
         self.got.lock().unwrap().push(d);
         if let Some(g) = &self.gate {
             g.acquire().await.unwrap().forget();
+        }
+        use std::sync::atomic::Ordering::SeqCst;
+        match self.keep.fetch_update(SeqCst, SeqCst, |k| k.checked_sub(1)) {
+            Ok(_) => Handled::Keep,
+            Err(_) => Handled::Ack,
         }
     }
 }
@@ -60,9 +67,15 @@ struct Consumer {
 
 impl Consumer {
     fn start(s: Settings, gate: Option<Arc<Semaphore>>) -> Consumer {
+        Self::start_keeping(s, gate, 0)
+    }
+
+    /// As `start`, the first `keep` deliveries kept unacknowledged.
+    fn start_keeping(s: Settings, gate: Option<Arc<Semaphore>>, keep: usize) -> Consumer {
         let rec = Arc::new(Recorder {
             got: Mutex::default(),
             gate,
+            keep: keep.into(),
         });
         let status = Arc::new(Status::new());
         let stop = CancellationToken::new();
@@ -321,6 +334,27 @@ async fn durable_subscription_keeps_messages_while_away() {
         "{:?}",
         stopping.elapsed()
     );
+}
+
+/// A message the handler keeps (it could not save it) is not acknowledged: the
+/// consumer reconnects and the broker delivers it again, before the ones behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_message_is_delivered_again() {
+    let broker = block_in_place(|| Broker::start(Options::default()));
+    let s = settings(&[broker.address()], TOPIC, "router-k", true);
+    let c = Consumer::start_keeping(s, None, 1);
+    c.until("subscribed", |c| c.status.connected()).await;
+    let events: Vec<Event> = (0..2).map(alias).collect();
+    block_in_place(|| {
+        events
+            .iter()
+            .for_each(|e| broker.publish(TOPIC, &yaml_of(e)))
+    });
+    c.until_received(3).await;
+    c.until("acked", |c| c.status.snapshot().acked == 2).await;
+    let rec = c.stopped().await;
+    let want: Vec<String> = [0, 0, 1].iter().map(|&i| yaml_of(&events[i])).collect();
+    assert_eq!(rec.bodies(), want);
 }
 
 /// (c) A message whose handler had not returned when the connection was lost is

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 use super::report::Failure;
 use super::store::Entry;
 use super::{Action, Spi, Table};
-use crate::stomp::Delivery;
+use crate::stomp::{Delivery, Handled};
 
 /// Apply one journaled event while the table is loaded (its certificate was checked
 /// when it was first applied).
@@ -31,12 +31,14 @@ pub(super) fn replay(table: &mut Table, e: Entry) {
 
 #[async_trait::async_trait]
 impl crate::stomp::Handler for Spi {
-    async fn handle(&self, d: Delivery) {
+    async fn handle(&self, d: Delivery) -> Handled {
         // Nothing is applied before the table is bootstrapped (a peer's, the REST
         // API's): the broker holds the events meanwhile.
         let mut gate = self.gate.subscribe();
-        if gate.wait_for(|open| *open).await.is_err() {
-            return;
+        tokio::select! {
+            r = gate.wait_for(|open| *open) => if r.is_err() { return Handled::Keep },
+            // Stopping before the table is ready: the broker keeps it for next time.
+            _ = self.stop.cancelled() => return Handled::Keep,
         }
         self.counters.received.fetch_add(1, Ordering::Relaxed);
         let id = d.message_id.clone();
@@ -45,7 +47,7 @@ impl crate::stomp::Handler for Spi {
         if table.seen(&id) {
             self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
             info!(message_id = %id, "routing event delivered again: it was applied already");
-            return;
+            return Handled::Ack;
         }
         let failure = |action: &str, service: String, reason: String| Failure {
             at_ms: crate::time::unix_ms(),
@@ -59,8 +61,7 @@ impl crate::stomp::Handler for Spi {
             Err(reason) => {
                 warn!(message_id = %id, %reason, "routing event refused: acknowledged, nothing changed");
                 self.failed(failure("", String::new(), reason));
-                self.remember_failed(&mut table, &id).await;
-                return;
+                return self.remember_failed(&mut table, &id).await;
             }
         };
         if let Action::Other(name) = &ev.action {
@@ -75,8 +76,7 @@ impl crate::stomp::Handler for Spi {
             } else {
                 debug!(action = %name, "routing event left alone");
             }
-            self.remember_failed(&mut table, &id).await;
-            return;
+            return self.remember_failed(&mut table, &id).await;
         }
         let service = ev.service();
         let cert = match (&ev.action, &ev.alias, &ev.ssl) {
@@ -96,21 +96,26 @@ impl crate::stomp::Handler for Spi {
                     Err(reason) => {
                         warn!(message_id = %id, %service, %alias, %reason, "certificate refused: the alias keeps the default certificate; acknowledged");
                         self.failed(failure("add_ssl", service, reason));
-                        self.remember_failed(&mut table, &id).await;
-                        return;
+                        return self.remember_failed(&mut table, &id).await;
                     }
                 }
             }
             _ => None,
         };
-        let applied = table.apply(&ev, cert.clone());
-        table.remember(&id);
+        // Saved first: an event the disk refuses is not applied here, and not
+        // acknowledged (its journal line replays it at the next start if it did land).
         let entry = Entry {
             id: id.clone(),
             body: String::from_utf8_lossy(&d.body).into_owned(),
-            cert,
+            cert: cert.clone(),
         };
-        self.journal_until_saved(entry, &table).await;
+        let mut next = table.clone();
+        let applied = next.apply(&ev, cert);
+        next.remember(&id);
+        if !self.journal_until_saved(entry, &next).await {
+            return Handled::Keep;
+        }
+        *table = next;
         if applied.changed {
             self.publish(&table).await;
         } else {
@@ -118,6 +123,7 @@ impl crate::stomp::Handler for Spi {
         }
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
         info!(message_id = %id, action = %ev.action.name(), %service, changed = applied.changed, "routing event applied: {}", applied.note);
+        Handled::Ack
     }
 }
 
@@ -125,7 +131,7 @@ impl Spi {
     /// Journal an applied event, trying again (with backoff, logged once) while the
     /// disk refuses: the event is not acknowledged before it is saved, and the broker
     /// keeps the ones behind it meanwhile. Gives up only when the balancer stops.
-    async fn journal_until_saved(&self, entry: Entry, table: &Table) {
+    async fn journal_until_saved(&self, entry: Entry, table: &Table) -> bool {
         let mut wait = std::time::Duration::from_millis(250);
         let mut warned = false;
         loop {
@@ -139,7 +145,7 @@ impl Spi {
                     if warned {
                         info!(message_id = %entry.id, "routing table saved again: events are acknowledged again");
                     }
-                    return;
+                    return true;
                 }
                 Err(e) => {
                     if !warned {
@@ -149,7 +155,7 @@ impl Spi {
                 }
             }
             tokio::select! {
-                _ = self.stop.cancelled() => return,
+                _ = self.stop.cancelled() => return false,
                 _ = tokio::time::sleep(wait) => {}
             }
             wait = (wait * 2).min(std::time::Duration::from_secs(30));
@@ -175,14 +181,19 @@ impl Spi {
 
     /// An event that changed nothing (refused, or not a routing change) is remembered
     /// by its id, so that its redelivery is not reported again; journaled like any.
-    async fn remember_failed(&self, table: &mut Table, id: &str) {
-        table.remember(id);
+    async fn remember_failed(&self, table: &mut Table, id: &str) -> Handled {
         let entry = Entry {
             id: id.to_string(),
             body: String::new(),
             cert: None,
         };
-        self.journal_until_saved(entry, table).await;
+        let mut next = table.clone();
+        next.remember(id);
+        if !self.journal_until_saved(entry, &next).await {
+            return Handled::Keep;
+        }
+        table.remember(id);
         self.applied.store(table.applied, Ordering::Relaxed);
+        Handled::Ack
     }
 }

@@ -34,6 +34,10 @@ pub enum SessionError {
     /// A well-formed frame that makes no sense here.
     #[error("{0}")]
     Protocol(String),
+    /// The handler kept a message unacknowledged: the session ends so that the broker
+    /// delivers it again.
+    #[error("a message was not taken (it could not be saved): reconnecting for it to come again")]
+    Kept,
     /// A frame this client could not encode (a setting holds a newline or a NUL).
     #[error("cannot send: {0}")]
     Encode(FrameError),

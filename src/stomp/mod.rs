@@ -35,5 +35,5 @@ pub use client::consume;
 pub use codec::{FrameError, Limits, StompCodec};
 pub use error::SessionError;
 pub use frame::{Command, Frame, Version};
-pub use settings::{Delivery, Handler, Settings};
+pub use settings::{Delivery, Handled, Handler, Settings};
 pub use status::{Status, StatusReport};

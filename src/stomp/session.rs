@@ -26,7 +26,7 @@ use tracing::debug;
 use super::codec::{Limits, StompCodec};
 use super::error::{error_text, SessionError};
 use super::frame::{Command, Frame, Version};
-use super::settings::{Delivery, Handler, Settings};
+use super::settings::{Delivery, Handled, Handler, Settings};
 use super::status::Status;
 
 /// The receipt asked for with SUBSCRIBE, and with DISCONNECT.
@@ -169,7 +169,7 @@ struct Pending {
     ack: Frame,
 }
 
-type Handling = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Handling = Pin<Box<dyn Future<Output = Handled> + Send>>;
 
 /// Connect to `broker`, subscribe, and consume until the connection breaks or `stop`.
 /// `on_subscribed` is called once the subscription is confirmed.
@@ -351,7 +351,7 @@ async fn sleep_opt(at: Option<Instant>) {
     }
 }
 
-async fn poll_handling(h: &mut Option<Handling>) {
+async fn poll_handling(h: &mut Option<Handling>) -> Handled {
     match h {
         Some(f) => f.await,
         None => std::future::pending().await,
@@ -406,13 +406,19 @@ async fn consume_loop(
         let beat_at = beat_every.map(|b| conn.last_write + b);
         tokio::select! {
             biased;
-            _ = poll_handling(&mut handling), if handling.is_some() => {
+            handled = poll_handling(&mut handling), if handling.is_some() => {
                 handling = None;
-                if let (Some(frame), true) = (ack.take(), live) {
-                    match conn.send(&frame).await {
+                let frame = ack.take();
+                match (frame, handled) {
+                    (Some(frame), Handled::Ack) if live => match conn.send(&frame).await {
                         Ok(()) => status.acked(),
                         Err(e) => broken = Some(e),
+                    },
+                    // Unacknowledged: the broker has it again once this session ends.
+                    (_, Handled::Keep) if live && !stopping => {
+                        broken = Some(SessionError::Kept);
                     }
+                    _ => {}
                 }
             }
             _ = stop.cancelled(), if !stopping => stopping = true,

@@ -89,17 +89,27 @@ impl Delivery {
     }
 }
 
+/// What became of a message handed to a [`Handler`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// Taken (applied, or refused for good): ACK it.
+    Ack,
+    /// Not taken (it could not be saved, the consumer stops): leave it unacknowledged.
+    /// The consumer ends the session (unless it is stopping anyway), so that the
+    /// broker delivers it again; it never NACKs it.
+    Keep,
+}
+
 /// Who gets the messages.
 #[async_trait::async_trait]
 pub trait Handler: Send + Sync {
-    /// Called for each MESSAGE, one at a time, in delivery order. When it returns, the
-    /// message is ACKed (client-individual). The consumer never NACKs (ActiveMQ
-    /// dead-letters a NACKed message at once: it would be lost).
+    /// Called for each MESSAGE, one at a time, in delivery order. When it returns
+    /// [`Handled::Ack`], the message is ACKed (client-individual). The consumer never
+    /// NACKs (ActiveMQ dead-letters a NACKed message at once: it would be lost).
     ///
     /// The same message may come again (its ACK was lost with the connection; the broker
     /// redelivers it, without saying so): handling must be idempotent. The consumer polls
     /// this future on its own task, between reads and heart-beats: it may take long
-    /// (an fsync through `spawn_blocking`) but must not block the thread. A panic in it
-    /// unwinds out of [`consume`](super::consume) (the message stays unACKed).
-    async fn handle(&self, delivery: Delivery);
+    /// (an fsync through `spawn_blocking`) but must not block the thread.
+    async fn handle(&self, delivery: Delivery) -> Handled;
 }

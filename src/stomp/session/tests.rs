@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::negotiate;
 use crate::stomp::{
-    consume, Command, Delivery, Frame, Handler, Limits, Settings, Status, StompCodec, Version,
+    consume, Command, Delivery, Frame, Handled, Handler, Limits, Settings, Status, StompCodec,
+    Version,
 };
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -123,7 +124,7 @@ struct Recorder {
 
 #[async_trait::async_trait]
 impl Handler for Recorder {
-    async fn handle(&self, d: Delivery) {
+    async fn handle(&self, d: Delivery) -> Handled {
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         let id = d.message_id.clone();
@@ -134,6 +135,7 @@ impl Handler for Recorder {
         tokio::time::sleep(self.delay).await;
         self.done.lock().unwrap().push(id);
         self.running.fetch_sub(1, Ordering::SeqCst);
+        Handled::Ack
     }
 }
 
