@@ -81,12 +81,19 @@ impl crate::stomp::Handler for Spi {
         let service = ev.service();
         let cert = match (&ev.action, &ev.alias, &ev.ssl) {
             (Action::AddSsl, Some(alias), Some(ssl)) => {
-                match gearlb_proxy::certs::alias_cert(
-                    alias,
-                    &ssl.cert,
-                    &ssl.key,
-                    ssl.pass_phrase.as_deref(),
-                ) {
+                // Decrypting may take up to a second (PBKDF2, scrypt): off the runtime.
+                let (a, c, k, p) = (
+                    alias.clone(),
+                    ssl.cert.clone(),
+                    ssl.key.clone(),
+                    ssl.pass_phrase.clone(),
+                );
+                let checked = tokio::task::spawn_blocking(move || {
+                    gearlb_proxy::certs::alias_cert(&a, &c, &k, p.as_deref())
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("alias {alias}: the check failed: {e}")));
+                match checked {
                     Ok(c) => Some(super::table::Cert {
                         cert_pem: ssl.cert.clone(),
                         key_pem: c.plain_key_pem.clone(),
