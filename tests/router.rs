@@ -75,6 +75,25 @@ async fn an_application_is_routed_by_its_ha_name_and_alias_to_both_gears_within_
         status["routing_spi"]["healthy"].as_bool().unwrap(),
         "{status}"
     );
+    // Metrics: the router's, and the application's backends under its service.
+    let metrics = get(r.status, "/metrics", &[]).await.unwrap().text();
+    for want in [
+        "gearlb_routing_spi_connected 1",
+        "gearlb_routing_spi_events_total{outcome=\"applied\"} 4",
+        "gearlb_routing_spi_applications{state=\"routed\"} 1",
+        "service=\"myapp-ns1\"",
+    ] {
+        assert!(metrics.contains(want), "{want} not in:\n{metrics}");
+    }
+    // And the CSV has the application as a proxy of its own.
+    let csv = get(r.status, "/gearlb-status;csv", &[])
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        csv.lines().any(|l| l.starts_with("myapp-ns1,BACKEND,")),
+        "{csv}"
+    );
     eprintln!(
         "events published by origin-server's plugin: {}",
         src.real_plugin()

@@ -52,7 +52,7 @@ pub struct App {
     /// What the idler keep-seen task did (`crate::idler`).
     pub(super) keep_seen: Arc<crate::idler::Counters>,
     /// A router's routing SPI, once started (`[routing_spi]`).
-    pub(super) spi: std::sync::OnceLock<Arc<crate::spi::Spi>>,
+    pub(super) spi: Arc<std::sync::OnceLock<Arc<crate::spi::Spi>>>,
     /// `cluster.secret`, which a router's table is given to its peers under.
     pub(super) cluster_secret: Option<String>,
     /// The configuration in force; also serialises control-plane operations.
@@ -163,7 +163,8 @@ pub(super) fn local_gear_spec(cfg: &Config) -> Option<BackendSpec> {
 pub(super) fn scaler_settings(cfg: &Config) -> ScalerSettings {
     let s = &cfg.scaler;
     ScalerSettings {
-        enabled: s.enabled,
+        // A router has no application of its own to scale.
+        enabled: s.enabled && cfg.routing_spi.is_none(),
         preferred: s.preferred.clone(),
         app_name: cfg.gear.app_name.clone(),
         policy: PolicyConfig {

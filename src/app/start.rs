@@ -324,6 +324,8 @@ pub(super) fn assemble(
         frontend.clone(),
         crate::time::unix_secs(),
     );
+    let spi = Arc::new(std::sync::OnceLock::new());
+    metrics.register(crate::metrics::SpiCollector { spi: spi.clone() });
     metrics.register(ClusterCollector {
         cluster: cluster.clone(),
         scaler: scaler.clone(),
@@ -355,7 +357,7 @@ pub(super) fn assemble(
         tls: listeners.tls_acceptor.clone(),
         stopping,
         keep_seen: Arc::new(crate::idler::Counters::default()),
-        spi: std::sync::OnceLock::new(),
+        spi,
         cluster_secret: cfg.cluster.secret.clone(),
         config: tokio::sync::Mutex::new(cfg),
         saved,

@@ -19,8 +19,10 @@ mod family;
 mod format;
 mod proxy;
 mod registry;
+mod spi;
 
 pub use cluster::{ClusterCollector, RotationCounters};
 pub use format::{negotiate, to_text_004, Format, CONTENT_TYPE, TEXT_CONTENT_TYPE};
 pub use proxy::{CoreCollector, ServiceRouters};
 pub use registry::Metrics;
+pub use spi::SpiCollector;
