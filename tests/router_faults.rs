@@ -40,6 +40,17 @@ fn applied_ids(log: &str) -> Vec<String> {
         .collect()
 }
 
+/// The `[cluster]` of router `id` (gossip over UDP on a port of its own), knowing
+/// `peers` (quoted addresses, comma-separated).
+fn routers_cluster(id: &str, peers: &str) -> String {
+    format!(
+        "[cluster]\nnode_id = \"{id}\"\nid = \"routers\"\ntransport = \"udp\"\n\
+         listen = \"127.0.0.1:{}\"\nsecret = \"routers-secret-0123456789abcdef\"\n\
+         gossip_interval = \"100ms\"\npeers = [{peers}]\n",
+        free_port("127.0.0.1")
+    )
+}
+
 /// Twenty events published while the router is killed (`kill -9`) in their midst and
 /// started again: all twenty are applied, none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,17 +141,8 @@ async fn a_broker_restarted_with_its_store_loses_nothing() {
 async fn a_new_router_takes_its_table_from_a_running_peer() {
     let g1 = TestBackend::start("g1").await;
     let mut src = Source::start(TOPIC);
-    let secret = "routers-secret-0123456789abcdef";
-    let cluster = |peers: &str| {
-        format!(
-            "[cluster]\nnode_id = \"{{id}}\"\nid = \"routers\"\ntransport = \"udp\"\n\
-             listen = \"127.0.0.1:{}\"\nsecret = \"{secret}\"\ngossip_interval = \"100ms\"\n\
-             peers = [{peers}]\n",
-            free_port("127.0.0.1")
-        )
-    };
     let d1 = workdir();
-    let c1 = cluster("").replace("{id}", "r1");
+    let c1 = routers_cluster("r1", "");
     let r1 = router(d1.path(), &config(d1.path(), &src, "r1", true, &c1));
     src.send(create("myapp"));
     src.send(endpoint("myapp", "g1", g1.addr));
@@ -154,7 +156,7 @@ async fn a_new_router_takes_its_table_from_a_running_peer() {
     ));
     assert!(until_status(r1.proxy, "www.example.org", 200, Duration::from_secs(10)).is_some());
     let d2 = workdir();
-    let c2 = cluster(&format!("\"{}\"", r1.gossip.unwrap())).replace("{id}", "r2");
+    let c2 = routers_cluster("r2", &format!("\"{}\"", r1.gossip.unwrap()));
     let r2 = router(d2.path(), &config(d2.path(), &src, "r2", true, &c2));
     let end = Instant::now() + Duration::from_secs(20);
     while spi(&r2)["table"]["source"] != "peer r1" && Instant::now() < end {
@@ -458,4 +460,83 @@ async fn served_applications_head_gears_are_kept_seen() {
         );
     }
     assert!(spi(&r)["keep_seen"]["sent"].as_u64().unwrap() >= 1);
+}
+
+/// Routers share health: a gear one router's checks find down is taken out at once by
+/// its peer, whose own checks are far apart (three failures 60 s apart here: minutes);
+/// traffic through the peer stops reaching it within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gear_a_peer_router_found_down_is_taken_out_here() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let good = TestBackend::start("good").await;
+    let sick = Arc::new(AtomicBool::new(false));
+    let s2 = sick.clone();
+    let bad = Scripted::start(move |seen| {
+        let check = seen.head.starts_with("GET / ");
+        if check && s2.load(Ordering::Relaxed) {
+            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad"[..])
+        }
+    })
+    .await;
+    let mut src = Source::start(TOPIC);
+    let d1 = workdir();
+    let fast = config(d1.path(), &src, "r1", false, &routers_cluster("r1", ""))
+        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
+    let r1 = router(d1.path(), &fast);
+    let d2 = workdir();
+    let peers = format!("\"{}\"", r1.gossip.unwrap());
+    let slow = config(d2.path(), &src, "r2", false, &routers_cluster("r2", &peers))
+        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
+    let r2 = router(d2.path(), &slow);
+    src.send(create("myapp"));
+    src.send(endpoint("myapp", "good", good.addr));
+    src.send(endpoint("myapp", "bad", bad.addr));
+    for r in [&r1, &r2] {
+        wait_taken(r, 3);
+    }
+    let traffic = |r: &Gearlb| {
+        let before = bad
+            .seen()
+            .iter()
+            .filter(|s| s.head.starts_with("GET /t "))
+            .count();
+        for _ in 0..20 {
+            let got = raw(
+                r.proxy,
+                format!(
+                    "GET /t HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    ha("myapp")
+                )
+                .as_bytes(),
+                Duration::from_secs(5),
+            );
+            assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        }
+        bad.seen()
+            .iter()
+            .filter(|s| s.head.starts_with("GET /t "))
+            .count()
+            - before
+    };
+    assert!(traffic(&r2) > 0, "both gears serve through r2 at first");
+    sick.store(true, Ordering::Relaxed);
+    let end = Instant::now() + Duration::from_secs(10);
+    while traffic(&r2) > 0 {
+        assert!(
+            Instant::now() < end,
+            "r2 still sends to the gear r1 found down: {}",
+            r2.log_text()
+        );
+    }
+    assert!(
+        r2.log_text()
+            .contains("a peer router found this backend down"),
+        "{}",
+        r2.log_text()
+    );
+    // Well again: r1 says so, and r2's own checks (60 s apart) would be too slow to
+    // bring it back; it stays out of r2 until they pass, as a passive ejection does.
+    sick.store(false, Ordering::Relaxed);
 }

@@ -26,6 +26,8 @@
 //! | `sr:<s>/<b>`  | an instance registered here (service `s`, backend `b`), JSON        |
 //! | `sv:<s>`      | a version cut-over or hold decided here for service `s`, JSON        |
 //! | `sa:<s>`      | the decision (its time) this balancer runs `s` by, once drained      |
+//! | `spi`         | a router's table: its digest, events taken in, status listener, JSON |
+//! | `sd:<bb>`     | a router's backends found down (`service/backend`), bucketed as `hd:` |
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -51,6 +53,7 @@ pub const SERVICE_FILE_PREFIX: &str = "sf:";
 pub const REGISTRATION_PREFIX: &str = "sr:";
 pub const VERSIONS_PREFIX: &str = "sv:";
 pub const VERSION_ACK_PREFIX: &str = "sa:";
+pub const SPI_DOWN_PREFIX: &str = "sd:";
 
 /// The down-report bucket of a gear.
 pub fn bucket(label: &str) -> u64 {
@@ -65,6 +68,14 @@ pub fn down_key(bucket: u64) -> String {
 /// The down-report keys and values for `down` (gears of this balancer's subset found
 /// down): one value per non-empty bucket, gears sorted.
 pub fn down_buckets<'a>(down: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
+    buckets(DOWN_PREFIX, down)
+}
+
+/// `down` spread over [`HEALTH_BUCKETS`] keys under `prefix` (as [`down_buckets`]).
+pub fn buckets<'a>(
+    prefix: &str,
+    down: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, String> {
     let mut by_bucket: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
     for label in down {
         by_bucket.entry(bucket(label)).or_default().insert(label);
@@ -73,7 +84,7 @@ pub fn down_buckets<'a>(down: impl IntoIterator<Item = &'a str>) -> BTreeMap<Str
         .into_iter()
         .map(|(b, labels)| {
             (
-                down_key(b),
+                format!("{prefix}{b:02x}"),
                 serde_json::to_string(&labels).unwrap_or_else(|_| "[]".into()),
             )
         })

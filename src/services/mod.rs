@@ -116,6 +116,21 @@ impl ServiceSet {
         Some(s.router.load().can_serve())
     }
 
+    /// Take `service`'s backend `backend` out until its checks pass again, as a
+    /// failure on live traffic does (a peer router found it down). False when there is
+    /// no such backend.
+    pub fn eject(&self, service: &str, backend: &str) -> bool {
+        let all = self.all.load();
+        let Some(s) = all.get(service) else {
+            return false;
+        };
+        let snapshot = s.router.snapshot();
+        match snapshot.target(backend) {
+            Some(t) => s.ejections.send(t.clone()).is_ok(),
+            None => false,
+        }
+    }
+
     /// The services beside the default one as last published, for reports (lock-free).
     pub fn views(&self) -> Vec<ServiceView> {
         self.views.load().as_ref().clone()

@@ -4,6 +4,12 @@
 //! peers' and says when one differs for longer than events take to arrive
 //! ([`share`]).
 //!
+//! Routers share health the same way: each publishes the backends of its applications
+//! its checks found down (keys `sd:<bb>`, bucketed as the gears' `hd:`), and a backend
+//! a peer newly reports down is taken out here at once (one passive ejection per
+//! report: this router's own checks bring it back if it answers here, and it is not
+//! taken out again until a peer reports it anew).
+//!
 //! A router that starts with no table (a new router, a lost state directory) takes a
 //! live peer's ([`bootstrap`]): `GET /routing-spi/table` on that peer's status listener
 //! ([`serve_table`]), authenticated with the cluster's secret (an HMAC of the time and
@@ -273,6 +279,9 @@ pub async fn share(spi: Arc<Spi>, cluster: Arc<Cluster>, status: String, stop: C
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut published: Option<Shared> = None;
+    let mut down_published: std::collections::BTreeMap<String, String> = Default::default();
+    // What peers reported down last round: `(peer, service/backend)`.
+    let mut peer_down: std::collections::BTreeSet<(String, String)> = Default::default();
     // Since when each peer's table differs, and whether that was said.
     let mut differs: std::collections::HashMap<String, (tokio::time::Instant, bool)> =
         Default::default();
@@ -317,7 +326,59 @@ pub async fn share(spi: Arc<Spi>, cluster: Arc<Cluster>, status: String, stop: C
         }
         differs.retain(|id, _| list.iter().any(|(p, _)| p == id));
         spi.peers.store(Arc::new(seen));
+        share_down(&spi, &cluster, &mut down_published, &mut peer_down).await;
     }
+}
+
+/// Publish the routed backends this router found down; eject here those a peer newly
+/// reports down.
+async fn share_down(
+    spi: &Spi,
+    cluster: &Cluster,
+    published: &mut std::collections::BTreeMap<String, String>,
+    last: &mut std::collections::BTreeSet<(String, String)>,
+) {
+    use crate::cluster::keys::{buckets, SPI_DOWN_PREFIX};
+    let mut down = Vec::new();
+    for v in spi.services.views() {
+        if !matches!(v.origin, crate::services::sources::Origin::Spi(_)) {
+            continue;
+        }
+        for (e, _) in v.router.snapshot().iter().filter(|(e, _)| !e.up) {
+            down.push(format!("{}/{}", v.name, e.backend.spec.name));
+        }
+    }
+    let mut keys = buckets(SPI_DOWN_PREFIX, down.iter().map(String::as_str));
+    // A bucket that empties says so (`[]`), as `hd:` does.
+    for k in published.keys() {
+        keys.entry(k.clone()).or_insert_with(|| "[]".into());
+    }
+    for (k, v) in &keys {
+        if published.get(k) != Some(v) {
+            cluster.publish(k, v.clone()).await;
+        }
+    }
+    *published = keys;
+    let mut now = std::collections::BTreeSet::new();
+    for (peer, _, value) in cluster.peer_keys(SPI_DOWN_PREFIX).await {
+        for label in crate::cluster::keys::parse_down(&value) {
+            now.insert((peer.clone(), label));
+        }
+    }
+    for (peer, label) in now.difference(last) {
+        let Some((service, backend)) = label.split_once('/') else {
+            continue;
+        };
+        let here_up = spi.services.router_of(service).is_some_and(|r| {
+            r.snapshot()
+                .iter()
+                .any(|(e, _)| e.backend.spec.name == backend && e.up)
+        });
+        if here_up && spi.services.eject(service, backend) {
+            info!(%peer, %service, %backend, "a peer router found this backend down: taken out until its checks pass here");
+        }
+    }
+    *last = now;
 }
 
 #[cfg(test)]
