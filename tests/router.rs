@@ -297,3 +297,41 @@ async fn events_before_the_creation_create_the_application() {
     assert_eq!(status_of(r.proxy, &ha("late")), 200);
     assert_eq!(status_of(r.proxy, "late.example.org"), 200);
 }
+
+/// A queue of the router's own (ActiveMQ's virtual topic): the plugin publishes to
+/// `/topic/VirtualTopic.routinginfo`, the router reads
+/// `/queue/Consumer.r1.VirtualTopic.routinginfo`; what comes while it is stopped waits
+/// in its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_on_a_virtual_topic_queue_loses_nothing_while_stopped() {
+    let g1 = TestBackend::start("g1").await;
+    let mut src = Source::start("/topic/VirtualTopic.routinginfo");
+    let dir = workdir();
+    let cfg = config(dir.path(), &src, "r1", false, "").replace(
+        "destination = \"/topic/VirtualTopic.routinginfo\"",
+        "destination = \"/queue/Consumer.r1.VirtualTopic.routinginfo\"",
+    );
+    let mut r = router(dir.path(), &cfg);
+    src.send(create("myapp"));
+    src.send(endpoint("myapp", "g1", g1.addr));
+    assert!(until_status(r.proxy, &ha("myapp"), 200, Duration::from_secs(10)).is_some());
+    r.signal("TERM");
+    assert_eq!(r.wait(Duration::from_secs(30)), Some(0));
+    src.send(alias("myapp", "while-down.example.org"));
+    let r = router(dir.path(), &cfg);
+    assert!(
+        until_status(
+            r.proxy,
+            "while-down.example.org",
+            200,
+            Duration::from_secs(10)
+        )
+        .is_some(),
+        "{}",
+        r.log_text()
+    );
+    assert_eq!(
+        spi(&r)["destination"],
+        "/queue/Consumer.r1.VirtualTopic.routinginfo"
+    );
+}

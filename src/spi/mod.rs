@@ -154,10 +154,14 @@ impl Spi {
         &self.cfg.destination
     }
 
-    /// True while a broker is connected, or the table was current within
-    /// `max_table_age`: what `/health` answers for a router (keepalived moves the
+    /// True once the table is ready, while a broker is connected or the table was
+    /// current within `max_table_age`: what `/health` answers for a router (keepalived moves the
     /// virtual address off a router that is not).
     pub fn healthy(&self) -> bool {
+        // A router still waiting for its first table serves nothing.
+        if !self.ready() {
+            return false;
+        }
         if self.broker.connected() {
             return true;
         }

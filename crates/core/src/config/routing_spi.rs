@@ -318,6 +318,16 @@ mod tests {
         ] {
             assert!(paths.contains(&want), "{want} not in {paths:?}");
         }
+        let e = from_toml(
+            "[listen]\nmode = \"tcp\"\n[routing_spi]\nbrokers = [\"127.0.0.1:61613\"]\ncloud_domain = \"example.com\"\n",
+            &env(&[]),
+        )
+        .unwrap_err();
+        assert!(
+            e.0.iter()
+                .any(|p| p.path == "routing_spi" && p.message.contains("http")),
+            "{e:?}"
+        );
         let e = from_toml("[routing_spi]\n", &env(&[])).unwrap_err();
         let paths: Vec<&str> = e.0.iter().map(|p| p.path.as_str()).collect();
         assert!(paths.contains(&"routing_spi.brokers"), "{paths:?}");

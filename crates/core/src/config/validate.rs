@@ -8,6 +8,12 @@ use super::schema::{Carrier, Config};
 
 pub(super) fn validate(cfg: &Config, problems: &mut Vec<Problem>) {
     validate_services(cfg, problems);
+    if cfg.routing_spi.is_some() && cfg.listen.mode != super::tcp::Mode::Http {
+        problems.push(Problem {
+            path: "routing_spi".into(),
+            message: "a router routes HTTP by host name: listen.mode must be \"http\"".into(),
+        });
+    }
     let l = &cfg.listen;
     if l.proxy == l.status && l.proxy.port() != 0 {
         problems.push(Problem {
