@@ -6,12 +6,14 @@
 #   bash bench/router_apps.sh              # APPS=1000, 20000 requests per count
 #   APPS=10000 INSTR_REQUESTS=50000 bash bench/router_apps.sh
 #   SMOKE=1 bash bench/router_apps.sh      # a few seconds: 10 applications, 500 requests
+#   KEEP_CALLGRIND=DIR                      # keeps both callgrind dumps there
 #
 # Each router starts from a table in its state directory (routing-table.json, as a
 # router saves it), so no broker is needed: the table is served at once, and the
 # consumer's reconnect attempts to an address nobody listens on (backing off to 30 s)
 # are all it does meanwhile. Each application has two load-balancer endpoints, an nginx
-# on two ports; requests go to the last application's HA name. Health checks are off
+# on two ports; requests go to the last application's HA name (names of one width, so
+# that its Host is as long in both counts). Health checks are off
 # (with 1000 applications they would run 2000 checks in the counted window). The
 # result is one line per table size, and their ratio.
 #
@@ -95,13 +97,16 @@ table() {
 import json, sys, time
 n, path, p1, p2 = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 apps = {}
+# Names of one width whatever the table's size (app0000001): the request's Host is as
+# long with one application as with many.
 for i in range(n):
+    name = f"app{i:07d}"
     eps = {}
     for g, p in (("a", p1), ("b", p2)):
         eps[f"127.0.0.1:{p}"] = {"gear_id": f"{g}{i:024d}", "address": "127.0.0.1",
                                   "port": p, "types": ["load_balancer"]}
-    apps[f"app{i}-ns1"] = {"app": f"app{i}", "namespace": "ns1", "created": True,
-                           "endpoints": eps, "aliases": [f"www.app{i}.example.org"],
+    apps[f"{name}-ns1"] = {"app": name, "namespace": "ns1", "created": True,
+                           "endpoints": eps, "aliases": [f"www.{name}.example.org"],
                            "certs": {}}
 json.dump({"format": 1, "table": {"apps": apps, "recent": [], "applied": 3 * n,
                                   "current_ms": int(time.time() * 1000)}},
@@ -137,7 +142,7 @@ EOF
         "$GEARLB_BIN" run --config "$dir/router.toml" >"$dir/log" 2>&1 &
     pid=$!
     PIDS+=("$pid")
-    host="ha-app$((n - 1))-ns1.bench.example"
+    host=$(printf 'ha-app%07d-ns1.bench.example' $((n - 1)))
     for _ in $(seq 1 600); do
         if curl -fsS -o /dev/null -H "Host: $host" "http://127.0.0.1:$port/" 2>/dev/null; then
             break
@@ -157,6 +162,10 @@ EOF
         [[ -s $dump ]] && break
         sleep 0.1
     done
+    if [[ -n ${KEEP_CALLGRIND:-} ]]; then
+        mkdir -p "$KEEP_CALLGRIND"
+        cp "$dump" "$KEEP_CALLGRIND/callgrind.apps-$n"
+    fi
     ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
     ok=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200",0))' "$dir/oha.json")
     ((ok > 0)) || die "no request succeeded with $n applications"
