@@ -345,8 +345,8 @@ pub(super) fn ctl(socket: &Path, command: CtlCommand) -> i32 {
                     serde_json::to_string_pretty(&reply.data).unwrap_or_default()
                 );
             } else {
-                match serde_json::from_value::<crate::spi::SpiReport>(reply.data.clone()) {
-                    Ok(r) => print!("{}", crate::spi::report_text(&r)),
+                match serde_json::from_value::<crate::report::spi::SpiReport>(reply.data.clone()) {
+                    Ok(r) => print!("{}", crate::report::spi::text(&r)),
                     Err(_) => println!("{}", reply.message),
                 }
             }

@@ -5,12 +5,13 @@
 //!
 //! [`types`] holds the report's shape; [`build`] reads it from the counters
 //! ([`crate::stats`]) and the routing snapshot; [`text`] prints it for `gearlb ctl
-//! status`; [`sampler`] is the once-a-second task that derives rates and response-time
+//! status`; [`spi`] is a router's part of it; [`sampler`] is the once-a-second task that derives rates and response-time
 //! points from the counters. The report sits above the data plane: nothing on the
 //! request path names it.
 
 pub mod build;
 pub mod sampler;
+pub mod spi;
 pub mod text;
 pub mod types;
 

@@ -78,7 +78,7 @@ pub struct StatusReport {
     pub services: Vec<ServiceStatus>,
     /// A router's routing SPI (`[routing_spi]`): broker, events, table, peers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub routing_spi: Option<crate::spi::SpiReport>,
+    pub routing_spi: Option<super::spi::SpiReport>,
 }
 
 /// Health-check settings (`[health]`).

@@ -12,22 +12,12 @@ use std::sync::atomic::Ordering;
 
 use tracing::{debug, info, warn};
 
-use super::report::Failure;
-use super::store::Entry;
-use super::{Action, Spi, Table};
-use crate::stomp::{Delivery, Handled};
+use gearlb_core::spi::{Action, Table};
 
-/// Apply one journaled event while the table is loaded (its certificate was checked
-/// when it was first applied).
-pub(super) fn replay(table: &mut Table, e: Entry) {
-    if table.seen(&e.id) {
-        return;
-    }
-    if let Ok(ev) = super::parse(e.body.as_bytes()) {
-        table.apply(&ev, e.cert);
-    }
-    table.remember(&e.id);
-}
+use super::parts::Spi;
+use super::store::Entry;
+use crate::report::spi::Failure;
+use crate::stomp::{Delivery, Handled};
 
 #[async_trait::async_trait]
 impl crate::stomp::Handler for Spi {
@@ -56,7 +46,7 @@ impl crate::stomp::Handler for Spi {
             service,
             reason,
         };
-        let ev = match super::parse(&d.body) {
+        let ev = match gearlb_core::spi::parse(&d.body) {
             Ok(ev) => ev,
             Err(reason) => {
                 warn!(message_id = %id, %reason, "routing event refused: acknowledged, nothing changed");
@@ -94,7 +84,7 @@ impl crate::stomp::Handler for Spi {
                 .await
                 .unwrap_or_else(|e| Err(format!("alias {alias}: the check failed: {e}")));
                 match checked {
-                    Ok(c) => Some(super::table::Cert {
+                    Ok(c) => Some(gearlb_core::spi::table::Cert {
                         cert_pem: ssl.cert.clone(),
                         key_pem: c.plain_key_pem.clone(),
                         fingerprint: c.fingerprint.clone(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::Spi;
+use super::parts::Spi;
 use crate::idler::{Target, Touch};
 
 /// Requests of a round in flight at once.

@@ -30,9 +30,11 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::report::PeerTable;
-use super::{Spi, Table};
+use gearlb_core::spi::Table;
+
+use super::parts::Spi;
 use crate::cluster::Cluster;
+use crate::report::spi::PeerTable;
 
 /// Where a router gives its table.
 pub const TABLE_PATH: &str = "/routing-spi/table";

@@ -15,8 +15,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::reconcile::{self, Repair, RestApp};
-use super::Spi;
+use gearlb_core::spi::reconcile::{self, Repair, RestApp};
+
+use super::parts::Spi;
 
 /// Gear groups read at once.
 const AT_ONCE: usize = 8;
@@ -192,5 +193,20 @@ pub async fn run(spi: Arc<Spi>, stop: CancellationToken) {
             _ = tokio::time::sleep(every) => {}
         }
         reconcile_and_report(&spi).await;
+    }
+}
+
+impl Spi {
+    /// Reconcile with the broker's REST API now (`gearlb ctl spi reconcile`).
+    pub async fn reconcile_now(&self) -> Result<(), String> {
+        if self.cfg.rest_url.is_none() {
+            return Err("no routing_spi.rest_url: nothing to reconcile with".into());
+        }
+        reconcile_and_report(self).await;
+        let r = self.reconcile.lock().unwrap_or_else(|p| p.into_inner());
+        match &r.error {
+            Some(e) => Err(format!("reconciliation failed: {e}")),
+            None => Ok(()),
+        }
     }
 }

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::Spi;
+use super::parts::Spi;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::services::ServiceSet;

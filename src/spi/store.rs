@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::spi::table::{Cert, Table};
+use gearlb_core::spi::table::{Cert, Table};
 
 pub const SNAPSHOT: &str = "routing-table.json";
 pub const JOURNAL: &str = "routing-table.journal";
@@ -41,6 +41,18 @@ struct Snapshot {
 }
 
 const FORMAT: u32 = 1;
+
+/// Apply one journaled event while the table is loaded (its certificate was checked
+/// when it was first applied).
+pub fn replay(table: &mut Table, e: Entry) {
+    if table.seen(&e.id) {
+        return;
+    }
+    if let Ok(ev) = gearlb_core::spi::parse(e.body.as_bytes()) {
+        table.apply(&ev, e.cert);
+    }
+    table.remember(&e.id);
+}
 
 /// Reads and writes a router's table in one directory.
 pub struct TableStore {
@@ -168,19 +180,9 @@ impl TableStore {
 
 #[cfg(test)]
 mod tests {
+    use super::replay;
     use super::*;
-    use crate::spi::parse;
     use std::os::unix::fs::PermissionsExt;
-
-    fn replay(t: &mut Table, e: Entry) {
-        if t.seen(&e.id) {
-            return;
-        }
-        if let Ok(ev) = parse(e.body.as_bytes()) {
-            t.apply(&ev, e.cert);
-        }
-        t.remember(&e.id);
-    }
 
     fn alias(n: u32) -> Entry {
         Entry {

@@ -428,7 +428,7 @@ pub(super) fn read_file(table: &toml::Table, cfg: &mut Config, problems: &mut Ve
     match table.get("routing_spi") {
         None => {}
         Some(toml::Value::Table(t)) => {
-            cfg.routing_spi = super::routing_spi::read_routing_spi(t, problems)
+            cfg.routing_spi = super::spi_keys::read_routing_spi(t, problems)
         }
         Some(other) => problems.push(Problem {
             path: "routing_spi".into(),

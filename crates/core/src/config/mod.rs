@@ -20,7 +20,8 @@
 //! - `env`: the gear environment ([`Env`]) laid over the file;
 //! - `service`: a service's keys, from `[[services]]` or a watched file;
 //! - `idler`: `[idler]`, the head gear kept seen by the node's idler;
-//! - `routing_spi`: `[routing_spi]`, a router fed by the broker's routing SPI;
+//! - `routing_spi` and `spi_keys`: `[routing_spi]`, a router fed by the broker's
+//!   routing SPI, and its keys;
 //! - `tcp` and `tcp_keys`: TCP mode's settings and their keys (`listen.mode`, `[tcp]`,
 //!   `send_proxy`);
 //! - `trust`: whose forwarding headers are kept (`proxy.trust_forwarded`);
@@ -41,6 +42,7 @@ mod restart;
 mod routing_spi;
 mod schema;
 mod service;
+mod spi_keys;
 mod tcp;
 mod tcp_keys;
 mod trust;
