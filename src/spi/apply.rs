@@ -103,7 +103,7 @@ impl crate::stomp::Handler for Spi {
         // acknowledged (its journal line replays it at the next start if it did land).
         let entry = Entry {
             id: id.clone(),
-            body: String::from_utf8_lossy(&d.body).into_owned(),
+            body: journal_body(&ev, &d.body),
             cert: cert.clone(),
         };
         let mut next = table.clone();
@@ -121,6 +121,20 @@ impl crate::stomp::Handler for Spi {
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
         info!(message_id = %id, action = %ev.action.name(), %service, changed = applied.changed, "routing event applied: {}", applied.note);
         Handled::Ack
+    }
+}
+
+/// What the journal keeps of an event's body: the body, but for an `add_ssl`, whose key
+/// as uploaded and pass phrase are never written down (its checked certificate, with the
+/// key decrypted, is the journal entry's own `cert`): the same event without them.
+fn journal_body(ev: &gearlb_core::spi::Event, raw: &[u8]) -> String {
+    match (&ev.action, &ev.alias) {
+        (Action::AddSsl, Some(alias)) => format!(
+            "---\n:action: :add_ssl\n:app_name: {}\n:namespace: {}\n:alias: {alias}\n\
+             :ssl: see cert\n:private_key: see cert\n",
+            ev.app, ev.namespace
+        ),
+        _ => String::from_utf8_lossy(raw).into_owned(),
     }
 }
 
@@ -192,5 +206,32 @@ impl Spi {
         table.remember(id);
         self.applied.store(table.applied, Ordering::Relaxed);
         Handled::Ack
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_add_ssl_is_journaled_without_its_key_or_pass_phrase() {
+        let raw = "---\n:action: :add_ssl\n:app_name: myapp\n:namespace: ns1\n:alias: www.example.org\n\
+                   :ssl: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\n\
+                   :private_key: |\n  -----BEGIN RSA PRIVATE KEY-----\n  SECRETKEY\n  -----END RSA PRIVATE KEY-----\n\
+                   :pass_phrase: s3cret-phrase\n";
+        let ev = gearlb_core::spi::parse(raw.as_bytes()).unwrap();
+        let body = journal_body(&ev, raw.as_bytes());
+        assert!(
+            !body.contains("SECRETKEY") && !body.contains("s3cret-phrase"),
+            "{body}"
+        );
+        // It replays as the same event (its checked certificate comes with the entry).
+        let again = gearlb_core::spi::parse(body.as_bytes()).unwrap();
+        assert_eq!(again.service(), ev.service());
+        assert_eq!((again.action, again.alias), (ev.action, ev.alias));
+        let other =
+            "---\n:action: :add_alias\n:app_name: myapp\n:namespace: ns1\n:alias: a.example.org\n";
+        let ev = gearlb_core::spi::parse(other.as_bytes()).unwrap();
+        assert_eq!(journal_body(&ev, other.as_bytes()), other);
     }
 }
