@@ -68,7 +68,16 @@ async fn a_router_killed_while_events_are_published_applies_each_once() {
     }
     r.signal("KILL");
     r.wait(Duration::from_secs(10));
-    let before = r.log_text();
+    // The log's reader thread takes what the pipe still held.
+    let mut before = r.log_text();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = r.log_text();
+        if now.len() == before.len() {
+            break;
+        }
+        before = now;
+    }
     for h in &hosts[6..] {
         src.send(alias("myapp", h));
     }
@@ -84,7 +93,9 @@ async fn a_router_killed_while_events_are_published_applies_each_once() {
     unique.sort();
     unique.dedup();
     assert_eq!(ids.len(), unique.len(), "an event applied twice: {ids:?}");
-    assert_eq!(ids.len(), 22, "every event once: {ids:?}");
+    // The killed router may have journaled an event and died before its log line: the
+    // table's count (from its snapshot and journal) is the one that counts.
+    assert!((21..=22).contains(&ids.len()), "every event once: {ids:?}");
     let report = spi(&r2);
     assert_eq!(report["table"]["events"], 22, "{report}");
     assert_eq!(report["table"]["source"], "state file", "{report}");
