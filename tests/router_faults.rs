@@ -409,6 +409,44 @@ async fn a_router_without_its_broker_is_healthy_until_its_table_is_too_old() {
     assert_eq!(get(r.status, "/health", &[]).await.unwrap().status, 200);
 }
 
+/// A new router (no table) connected to its broker but waiting for a peer's table
+/// routes nothing yet: `/health` is 503 meanwhile (keepalived must not give it an
+/// address), and 200 once it starts on its own (no live peer within
+/// `peer_table_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_router_waiting_for_a_peers_table_is_not_healthy() {
+    let src = Source::start(TOPIC);
+    let dir = workdir();
+    let nobody = format!("\"127.0.0.1:{}\"", free_port("127.0.0.1"));
+    let extra = format!(
+        "peer_table_timeout = \"6s\"\n{}",
+        routers_cluster("r1", &nobody)
+    );
+    let r = router(dir.path(), &config(dir.path(), &src, "r1", false, &extra));
+    let started = Instant::now();
+    assert!(spi(&r)["broker"]["connected"].is_string());
+    assert_eq!(
+        get(r.status, "/health", &[]).await.unwrap().status,
+        503,
+        "subscribed, no table yet: {}",
+        spi(&r)
+    );
+    let mut healthy = None;
+    while started.elapsed() < Duration::from_secs(20) {
+        if get(r.status, "/health", &[]).await.unwrap().status == 200 {
+            healthy = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(healthy.is_some(), "never healthy: {}", r.log_text());
+    assert!(
+        r.log_text().contains("no peer router gave a routing table"),
+        "{}",
+        r.log_text()
+    );
+}
+
 /// While an application serves, the router requests its head gear through its node's
 /// frontend (`HEAD /health`, `Host: <app>-<ns>.<domain>`), so that the node's idler
 /// sees it; an application that does not serve is not requested.

@@ -154,10 +154,15 @@ impl Spi {
         &self.cfg.destination
     }
 
-    /// True while a broker is connected, or the table was current within
+    /// True once the table is ready (loaded, or taken from a peer or the REST API),
+    /// and while a broker is connected or the table was current within
     /// `max_table_age`: what `/health` answers for a router (keepalived moves the
-    /// virtual address off a router that is not).
+    /// virtual address off a router that is not). A new router connected to its broker
+    /// but still waiting for a peer's table routes nothing yet: not healthy.
     pub fn healthy(&self) -> bool {
+        if !self.ready() {
+            return false;
+        }
         if self.broker.connected() {
             return true;
         }
