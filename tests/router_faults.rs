@@ -447,6 +447,39 @@ async fn a_new_router_waiting_for_a_peers_table_is_not_healthy() {
     );
 }
 
+/// `/health` is 503 too while the router can serve none of the applications it routes
+/// (every gear found down, as a router back from a lost link finds them), and 200 once
+/// a gear is up again: keepalived does not hand it an address it would answer 503 on.
+/// A router that routes nothing yet is healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_that_can_serve_no_application_is_not_healthy() {
+    let g1 = TestBackend::start("g1").await;
+    let mut src = Source::start(TOPIC);
+    let dir = workdir();
+    let r = router(dir.path(), &config(dir.path(), &src, "r1", false, ""));
+    let health = || async { get(r.status, "/health", &[]).await.unwrap().status };
+    assert_eq!(health().await, 200, "nothing routed yet");
+    src.send(create("myapp"));
+    src.send(endpoint("myapp", "g1", g1.addr));
+    assert!(until_status(r.proxy, &ha("myapp"), 200, Duration::from_secs(10)).is_some());
+    assert_eq!(health().await, 200);
+    let addr = g1.addr;
+    g1.kill();
+    let end = Instant::now() + Duration::from_secs(10);
+    while health().await != 503 {
+        assert!(Instant::now() < end, "healthy with its only gear down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_of(r.proxy, &ha("myapp")), 503);
+    let _g1 = TestBackend::start_on("g1", addr).await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while health().await != 200 {
+        assert!(Instant::now() < end, "not healthy once its gear is back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_of(r.proxy, &ha("myapp")), 200);
+}
+
 /// While an application serves, the router requests its head gear through its node's
 /// frontend (`HEAD /health`, `Host: <app>-<ns>.<domain>`), so that the node's idler
 /// sees it; an application that does not serve is not requested.
