@@ -611,3 +611,74 @@ async fn a_gear_a_peer_router_found_down_is_taken_out_here() {
     // bring it back; it stays out of r2 until they pass, as a passive ejection does.
     sick.store(false, Ordering::Relaxed);
 }
+
+/// A peer's word never takes out an application's last gear up here: a router cut off
+/// from the gears (its own link lost) finds and reports them all down, and its peer,
+/// which reaches them, keeps serving. Here r1's checks (fast) find the only gear down,
+/// r2's (a minute apart) have not looked again: r2 keeps it, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_routers_word_never_takes_an_applications_last_gear_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sick = Arc::new(AtomicBool::new(false));
+    let s2 = sick.clone();
+    let only = Scripted::start(move |seen| {
+        let check = seen.head.starts_with("GET / ");
+        if check && s2.load(Ordering::Relaxed) {
+            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonly"[..])
+        }
+    })
+    .await;
+    let mut src = Source::start(TOPIC);
+    let d1 = workdir();
+    let fast = config(d1.path(), &src, "r1", false, &routers_cluster("r1", ""))
+        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
+    let r1 = router(d1.path(), &fast);
+    let d2 = workdir();
+    let peers = format!("\"{}\"", r1.gossip.unwrap());
+    let slow = config(d2.path(), &src, "r2", false, &routers_cluster("r2", &peers))
+        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
+    let r2 = router(d2.path(), &slow);
+    src.send(create("solo"));
+    src.send(endpoint("solo", "only", only.addr));
+    for r in [&r1, &r2] {
+        wait_taken(r, 2);
+    }
+    for r in [&r1, &r2] {
+        assert!(until_status(r.proxy, &ha("solo"), 200, Duration::from_secs(10)).is_some());
+    }
+    sick.store(true, Ordering::Relaxed);
+    // Heard (whatever r2 made of it).
+    let end = Instant::now() + Duration::from_secs(15);
+    while !r2
+        .log_text()
+        .contains("a peer router found this backend down")
+    {
+        assert!(
+            Instant::now() < end,
+            "r2 never heard r1's report: {}",
+            r2.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Traffic asks for /t (only the checks' `GET /` is answered 503).
+    let traffic = |r: &Gearlb| {
+        let req = format!(
+            "GET /t HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            ha("solo")
+        );
+        raw(r.proxy, req.as_bytes(), Duration::from_secs(5))
+    };
+    assert!(traffic(&r1).starts_with("HTTP/1.1 503"), "r1 found it down");
+    for _ in 0..20 {
+        let got = traffic(&r2);
+        assert!(got.starts_with("HTTP/1.1 200"), "r2 keeps serving: {got}");
+    }
+    assert!(!r2
+        .log_text()
+        .contains("taken out until its checks pass here"));
+    assert!(r2
+        .log_text()
+        .contains("a peer router found this backend down, but it is the last one up here"));
+}

@@ -8,7 +8,8 @@
 //! its checks found down (keys `sd:<bb>`, bucketed as the gears' `hd:`), and a backend
 //! a peer newly reports down is taken out here at once (one passive ejection per
 //! report: this router's own checks bring it back if it answers here, and it is not
-//! taken out again until a peer reports it anew).
+//! taken out again until a peer reports it anew), unless it is the last one of its
+//! service up here (a router cut off from the gears finds them all down).
 //!
 //! A router that starts with no table (a new router, a lost state directory) takes a
 //! live peer's ([`bootstrap`]): `GET /routing-spi/table` on that peer's status listener
@@ -365,16 +366,33 @@ async fn share_down(
             now.insert((peer.clone(), label));
         }
     }
+    // A peer's word never takes out a service's last backend up here: a peer that lost
+    // its own link finds every gear down, and believing it would turn its trouble into
+    // an outage here. This router's own checks take that one out if it is down.
+    let mut up_left: std::collections::HashMap<String, usize> = Default::default();
     for (peer, label) in now.difference(last) {
         let Some((service, backend)) = label.split_once('/') else {
             continue;
         };
-        let here_up = spi.services.router_of(service).is_some_and(|r| {
-            r.snapshot()
-                .iter()
-                .any(|(e, _)| e.backend.spec.name == backend && e.up)
-        });
-        if here_up && spi.services.eject(service, backend) {
+        let Some(router) = spi.services.router_of(service) else {
+            continue;
+        };
+        let snapshot = router.snapshot();
+        let here_up = snapshot
+            .iter()
+            .any(|(e, _)| e.backend.spec.name == backend && e.up);
+        if !here_up {
+            continue;
+        }
+        let left = up_left
+            .entry(service.to_string())
+            .or_insert_with(|| snapshot.iter().filter(|(e, _)| e.up).count());
+        if *left <= 1 {
+            info!(%peer, %service, %backend, "a peer router found this backend down, but it is the last one up here: left to this router's checks");
+            continue;
+        }
+        if spi.services.eject(service, backend) {
+            *left -= 1;
             info!(%peer, %service, %backend, "a peer router found this backend down: taken out until its checks pass here");
         }
     }
