@@ -222,13 +222,29 @@ async fn peers(cluster: &Cluster) -> Vec<(String, Shared)> {
         .collect()
 }
 
+/// Whether a peer's status listener as it publishes it (`theirs`) is another router's
+/// that this one can reach: not this router's own (`ours`, as it publishes it), and
+/// not a loopback address when this router gossips on another (that peer is on
+/// another host, whose loopback here is this host's). Taking "a peer's" table from
+/// one's own listener would start a new router on its own empty table.
+fn reachable(theirs: &str, ours: &str, gossip: std::net::SocketAddr) -> bool {
+    if theirs == ours {
+        return false;
+    }
+    match theirs.parse::<std::net::SocketAddr>() {
+        Ok(a) => !a.ip().is_loopback() || gossip.ip().is_loopback(),
+        Err(_) => true,
+    }
+}
+
 /// A router with no table takes a live peer's: waits up to `within` for a peer that
 /// has one (the one with the most events first), takes it, serves and saves it. True
-/// when it did.
+/// when it did. `status`: this router's status listener as it publishes it.
 pub async fn bootstrap(
     spi: &Spi,
     cluster: &Cluster,
     secret: Option<&str>,
+    status: &str,
     within: Duration,
 ) -> bool {
     let Some(secret) = secret else {
@@ -243,6 +259,10 @@ pub async fn bootstrap(
         candidates.sort_by(|a, b| b.1.n.cmp(&a.1.n).then(a.0.cmp(&b.0)));
         for (id, shared) in candidates {
             if !tried.insert((id.clone(), shared.n)) {
+                continue;
+            }
+            if !reachable(&shared.s, status, cluster.advertise()) {
+                warn!(peer = %id, at = %shared.s, "peer router's table not taken: its status listener cannot be reached from here (listen.status on loopback?); set listen.status to an address the routers reach");
                 continue;
             }
             match fetch(&shared.s, secret).await {
@@ -428,5 +448,19 @@ mod tests {
         // Another request's answer, or another secret, does not open.
         assert!(open("s3cret-of-the-cluster", "0".repeat(32).as_str(), &sealed).is_err());
         assert!(open("another-secret", &nonce, &sealed).is_err());
+    }
+
+    #[test]
+    fn a_table_is_taken_only_from_a_listener_of_another_router_that_can_be_reached() {
+        let lan: std::net::SocketAddr = "192.0.2.11:7001".parse().unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        // Two hosts, each router's status on its loopback: "the peer's" is one's own.
+        assert!(!reachable("127.0.0.1:8081", "127.0.0.1:8081", lan));
+        assert!(!reachable("127.0.0.1:9091", "127.0.0.1:8081", lan));
+        assert!(!reachable("[::1]:8081", "192.0.2.11:8081", lan));
+        assert!(reachable("192.0.2.12:8081", "192.0.2.11:8081", lan));
+        // Routers of one host (tests), on loopback ports of their own.
+        assert!(reachable("127.0.0.1:9091", "127.0.0.1:8081", local));
+        assert!(!reachable("127.0.0.1:8081", "127.0.0.1:8081", local));
     }
 }
