@@ -263,7 +263,13 @@ impl Drop for Keepalived {
     fn drop(&mut self) {
         if std::thread::panicking() {
             let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            // Its state changes and checks, not the gratuitous ARPs.
+            let tail: Vec<&str> = log
+                .lines()
+                .rev()
+                .filter(|l| !l.contains("gratuitous ARP"))
+                .take(60)
+                .collect();
             eprintln!(
                 "--- keepalived in {} (log tail) ---\n{}\n---",
                 self.ns,
@@ -593,7 +599,12 @@ impl Pair {
         for (i, r) in self.routers.iter().enumerate() {
             if let Some(r) = r {
                 let log = r.log_text();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                let tail: Vec<&str> = log
+                    .lines()
+                    .rev()
+                    .filter(|l| !l.contains("routing event applied"))
+                    .take(40)
+                    .collect();
                 s.push_str(&format!(
                     "--- router r{} ---\n{}\n",
                     i + 1,
@@ -863,9 +874,10 @@ fn round(pair: &mut Pair, n: usize, fault: Fault) -> Round {
     );
     assert!(
         w2.failed.is_empty(),
-        "{fault:?}: VIP2 failed {} requests: {:?}",
+        "{fault:?}: VIP2 failed {} requests {}: {}",
         w2.failed.len(),
-        w2.failed
+        summary(&w2.failed),
+        pair.logs()
     );
     assert!(
         w1.gap <= fault.bound(),
