@@ -420,6 +420,77 @@ async fn a_router_without_its_broker_is_healthy_until_its_table_is_too_old() {
     assert_eq!(get(r.status, "/health", &[]).await.unwrap().status, 200);
 }
 
+/// A new router (no table) connected to its broker but waiting for a peer's table
+/// routes nothing yet: `/health` is 503 meanwhile (keepalived must not give it an
+/// address), and 200 once it starts on its own (no live peer within
+/// `peer_table_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_router_waiting_for_a_peers_table_is_not_healthy() {
+    let src = Source::start(TOPIC);
+    let dir = workdir();
+    let nobody = format!("\"127.0.0.1:{}\"", free_port("127.0.0.1"));
+    let extra = format!(
+        "peer_table_timeout = \"6s\"\n{}",
+        routers_cluster("r1", &nobody)
+    );
+    let r = router(dir.path(), &config(dir.path(), &src, "r1", false, &extra));
+    let started = Instant::now();
+    assert!(spi(&r)["broker"]["connected"].is_string());
+    assert_eq!(
+        get(r.status, "/health", &[]).await.unwrap().status,
+        503,
+        "subscribed, no table yet: {}",
+        spi(&r)
+    );
+    let mut healthy = None;
+    while started.elapsed() < Duration::from_secs(20) {
+        if get(r.status, "/health", &[]).await.unwrap().status == 200 {
+            healthy = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(healthy.is_some(), "never healthy: {}", r.log_text());
+    assert!(
+        r.log_text().contains("no peer router gave a routing table"),
+        "{}",
+        r.log_text()
+    );
+}
+
+/// `/health` is 503 too while the router can serve none of the applications it routes
+/// (every gear found down, as a router back from a lost link finds them), and 200 once
+/// a gear is up again: keepalived does not hand it an address it would answer 503 on.
+/// A router that routes nothing yet is healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_that_can_serve_no_application_is_not_healthy() {
+    let g1 = TestBackend::start("g1").await;
+    let mut src = Source::start(TOPIC);
+    let dir = workdir();
+    let r = router(dir.path(), &config(dir.path(), &src, "r1", false, ""));
+    let health = || async { get(r.status, "/health", &[]).await.unwrap().status };
+    assert_eq!(health().await, 200, "nothing routed yet");
+    src.send(create("myapp"));
+    src.send(endpoint("myapp", "g1", g1.addr));
+    assert!(until_status(r.proxy, &ha("myapp"), 200, Duration::from_secs(10)).is_some());
+    assert_eq!(health().await, 200);
+    let addr = g1.addr;
+    g1.kill();
+    let end = Instant::now() + Duration::from_secs(10);
+    while health().await != 503 {
+        assert!(Instant::now() < end, "healthy with its only gear down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_of(r.proxy, &ha("myapp")), 503);
+    let _g1 = TestBackend::start_on("g1", addr).await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while health().await != 200 {
+        assert!(Instant::now() < end, "not healthy once its gear is back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_of(r.proxy, &ha("myapp")), 200);
+}
+
 /// While an application serves, the router requests its head gear through its node's
 /// frontend (`HEAD /health`, `Host: <app>-<ns>.<domain>`), so that the node's idler
 /// sees it; an application that does not serve is not requested.
@@ -550,4 +621,75 @@ async fn a_gear_a_peer_router_found_down_is_taken_out_here() {
     // Well again: r1 says so, and r2's own checks (60 s apart) would be too slow to
     // bring it back; it stays out of r2 until they pass, as a passive ejection does.
     sick.store(false, Ordering::Relaxed);
+}
+
+/// A peer's word never takes out an application's last gear up here: a router cut off
+/// from the gears (its own link lost) finds and reports them all down, and its peer,
+/// which reaches them, keeps serving. Here r1's checks (fast) find the only gear down,
+/// r2's (a minute apart) have not looked again: r2 keeps it, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_routers_word_never_takes_an_applications_last_gear_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sick = Arc::new(AtomicBool::new(false));
+    let s2 = sick.clone();
+    let only = Scripted::start(move |seen| {
+        let check = seen.head.starts_with("GET / ");
+        if check && s2.load(Ordering::Relaxed) {
+            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
+        } else {
+            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonly"[..])
+        }
+    })
+    .await;
+    let mut src = Source::start(TOPIC);
+    let d1 = workdir();
+    let fast = config(d1.path(), &src, "r1", false, &routers_cluster("r1", ""))
+        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
+    let r1 = router(d1.path(), &fast);
+    let d2 = workdir();
+    let peers = format!("\"{}\"", r1.gossip.unwrap());
+    let slow = config(d2.path(), &src, "r2", false, &routers_cluster("r2", &peers))
+        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
+    let r2 = router(d2.path(), &slow);
+    src.send(create("solo"));
+    src.send(endpoint("solo", "only", only.addr));
+    for r in [&r1, &r2] {
+        wait_taken(r, 2);
+    }
+    for r in [&r1, &r2] {
+        assert!(until_status(r.proxy, &ha("solo"), 200, Duration::from_secs(10)).is_some());
+    }
+    sick.store(true, Ordering::Relaxed);
+    // Heard (whatever r2 made of it).
+    let end = Instant::now() + Duration::from_secs(15);
+    while !r2
+        .log_text()
+        .contains("a peer router found this backend down")
+    {
+        assert!(
+            Instant::now() < end,
+            "r2 never heard r1's report: {}",
+            r2.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Traffic asks for /t (only the checks' `GET /` is answered 503).
+    let traffic = |r: &Gearlb| {
+        let req = format!(
+            "GET /t HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            ha("solo")
+        );
+        raw(r.proxy, req.as_bytes(), Duration::from_secs(5))
+    };
+    assert!(traffic(&r1).starts_with("HTTP/1.1 503"), "r1 found it down");
+    for _ in 0..20 {
+        let got = traffic(&r2);
+        assert!(got.starts_with("HTTP/1.1 200"), "r2 keeps serving: {got}");
+    }
+    assert!(!r2
+        .log_text()
+        .contains("taken out until its checks pass here"));
+    assert!(r2
+        .log_text()
+        .contains("a peer router found this backend down, but it is the last one up here"));
 }

@@ -156,9 +156,15 @@ impl StatusSource for App {
     }
 
     fn healthy(&self) -> bool {
-        // A router is healthy while it follows its broker, or its table is young.
+        // A router is healthy while its table is ready and current (it follows its
+        // broker, or the table is young), and it can serve one of the applications it
+        // routes (if it routes any): a router back from a lost link has found every gear
+        // down, and must not take its virtual address back before its checks find them
+        // up again.
         if let Some(spi) = self.spi.get() {
-            return spi.healthy();
+            let views = self.services.views();
+            return spi.healthy()
+                && (views.is_empty() || views.iter().any(|v| v.router.load().can_serve()));
         }
         // A balancer of services alone is healthy while one of them can serve.
         self.router.load().can_serve()

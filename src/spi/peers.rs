@@ -8,7 +8,8 @@
 //! its checks found down (keys `sd:<bb>`, bucketed as the gears' `hd:`), and a backend
 //! a peer newly reports down is taken out here at once (one passive ejection per
 //! report: this router's own checks bring it back if it answers here, and it is not
-//! taken out again until a peer reports it anew).
+//! taken out again until a peer reports it anew), unless it is the last one of its
+//! service up here (a router cut off from the gears finds them all down).
 //!
 //! A router that starts with no table (a new router, a lost state directory) takes a
 //! live peer's ([`bootstrap`]): `GET /routing-spi/table` on that peer's status listener
@@ -223,13 +224,29 @@ async fn peers(cluster: &Cluster) -> Vec<(String, Shared)> {
         .collect()
 }
 
+/// Whether a peer's status listener as it publishes it (`theirs`) is another router's
+/// that this one can reach: not this router's own (`ours`, as it publishes it), and
+/// not a loopback address when this router gossips on another (that peer is on
+/// another host, whose loopback here is this host's). Taking "a peer's" table from
+/// one's own listener would start a new router on its own empty table.
+fn reachable(theirs: &str, ours: &str, gossip: std::net::SocketAddr) -> bool {
+    if theirs == ours {
+        return false;
+    }
+    match theirs.parse::<std::net::SocketAddr>() {
+        Ok(a) => !a.ip().is_loopback() || gossip.ip().is_loopback(),
+        Err(_) => true,
+    }
+}
+
 /// A router with no table takes a live peer's: waits up to `within` for a peer that
 /// has one (the one with the most events first), takes it, serves and saves it. True
-/// when it did.
+/// when it did. `status`: this router's status listener as it publishes it.
 pub async fn bootstrap(
     spi: &Spi,
     cluster: &Cluster,
     secret: Option<&str>,
+    status: &str,
     within: Duration,
 ) -> bool {
     let Some(secret) = secret else {
@@ -244,6 +261,10 @@ pub async fn bootstrap(
         candidates.sort_by(|a, b| b.1.n.cmp(&a.1.n).then(a.0.cmp(&b.0)));
         for (id, shared) in candidates {
             if !tried.insert((id.clone(), shared.n)) {
+                continue;
+            }
+            if !reachable(&shared.s, status, cluster.advertise()) {
+                warn!(peer = %id, at = %shared.s, "peer router's table not taken: its status listener cannot be reached from here (listen.status on loopback?); set listen.status to an address the routers reach");
                 continue;
             }
             match fetch(&shared.s, secret).await {
@@ -367,16 +388,33 @@ async fn share_down(
             now.insert((peer.clone(), label));
         }
     }
+    // A peer's word never takes out a service's last backend up here: a peer that lost
+    // its own link finds every gear down, and believing it would turn its trouble into
+    // an outage here. This router's own checks take that one out if it is down.
+    let mut up_left: std::collections::HashMap<String, usize> = Default::default();
     for (peer, label) in now.difference(last) {
         let Some((service, backend)) = label.split_once('/') else {
             continue;
         };
-        let here_up = spi.services.router_of(service).is_some_and(|r| {
-            r.snapshot()
-                .iter()
-                .any(|(e, _)| e.backend.spec.name == backend && e.up)
-        });
-        if here_up && spi.services.eject(service, backend) {
+        let Some(router) = spi.services.router_of(service) else {
+            continue;
+        };
+        let snapshot = router.snapshot();
+        let here_up = snapshot
+            .iter()
+            .any(|(e, _)| e.backend.spec.name == backend && e.up);
+        if !here_up {
+            continue;
+        }
+        let left = up_left
+            .entry(service.to_string())
+            .or_insert_with(|| snapshot.iter().filter(|(e, _)| e.up).count());
+        if *left <= 1 {
+            info!(%peer, %service, %backend, "a peer router found this backend down, but it is the last one up here: left to this router's checks");
+            continue;
+        }
+        if spi.services.eject(service, backend) {
+            *left -= 1;
             info!(%peer, %service, %backend, "a peer router found this backend down: taken out until its checks pass here");
         }
     }
@@ -412,5 +450,19 @@ mod tests {
         // Another request's answer, or another secret, does not open.
         assert!(open("s3cret-of-the-cluster", "0".repeat(32).as_str(), &sealed).is_err());
         assert!(open("another-secret", &nonce, &sealed).is_err());
+    }
+
+    #[test]
+    fn a_table_is_taken_only_from_a_listener_of_another_router_that_can_be_reached() {
+        let lan: std::net::SocketAddr = "192.0.2.11:7001".parse().unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        // Two hosts, each router's status on its loopback: "the peer's" is one's own.
+        assert!(!reachable("127.0.0.1:8081", "127.0.0.1:8081", lan));
+        assert!(!reachable("127.0.0.1:9091", "127.0.0.1:8081", lan));
+        assert!(!reachable("[::1]:8081", "192.0.2.11:8081", lan));
+        assert!(reachable("192.0.2.12:8081", "192.0.2.11:8081", lan));
+        // Routers of one host (tests), on loopback ports of their own.
+        assert!(reachable("127.0.0.1:9091", "127.0.0.1:8081", local));
+        assert!(!reachable("127.0.0.1:8081", "127.0.0.1:8081", local));
     }
 }

@@ -74,6 +74,14 @@ fn status_for_peers(status: SocketAddr, cluster: &Cluster) -> String {
     }
 }
 
+/// Say it when peers on other hosts cannot reach this router's status listener (where
+/// a router that lost its table takes this one's).
+fn warn_unreachable_status(status: SocketAddr, cluster: &Cluster) {
+    if status.ip().is_loopback() && !cluster.advertise().ip().is_loopback() {
+        warn!(%status, "listen.status is on loopback: a peer router that starts without a table cannot take this one's; listen on an address the routers reach");
+    }
+}
+
 /// Start the routing SPI of `cfg`, when it has one.
 pub async fn start(
     cfg: &Config,
@@ -130,7 +138,8 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             if empty {
                 if let Some(c) = &cluster {
-                    peers_bootstrap(&spi, c, secret.as_deref()).await;
+                    let mine = status_for_peers(status, c);
+                    peers_bootstrap(&spi, c, secret.as_deref(), &mine).await;
                 }
             }
             if spi.cfg.rest_url.is_some() {
@@ -164,6 +173,7 @@ pub async fn start(
         }));
     }
     if let Some(c) = &cluster {
+        warn_unreachable_status(status, c);
         tasks.push(tokio::spawn(super::peers::share(
             spi.clone(),
             c.clone(),
@@ -184,6 +194,6 @@ pub async fn start(
     Some(Running { spi, tasks })
 }
 
-async fn peers_bootstrap(spi: &Spi, cluster: &Cluster, secret: Option<&str>) {
-    super::peers::bootstrap(spi, cluster, secret, spi.cfg.peer_table_timeout).await;
+async fn peers_bootstrap(spi: &Spi, cluster: &Cluster, secret: Option<&str>, status: &str) {
+    super::peers::bootstrap(spi, cluster, secret, status, spi.cfg.peer_table_timeout).await;
 }

@@ -4,6 +4,8 @@
 //! 127.0.0.1 (a port from [`super::free_port`]), no JMX, and by default the routing
 //! plugin's user and authorizations and `forcePersistencyModeBrokerPlugin` (the plugin's
 //! messages are not persistent; without it they would not survive a broker restart).
+//! Or (`Options::netns`) in a network namespace a test made, its connector on that
+//! namespace's address, and (`Options::xml`) on an `activemq.xml` of the test's own.
 //!
 //! Publishing: [`publish`] does what origin-server's ActiveMQ plugin does for each event
 //! (a new connection, CONNECT, SEND, DISCONNECT), with std sockets, independent of
@@ -20,7 +22,7 @@ mod yaml;
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -55,13 +57,37 @@ pub struct Options {
     pub auth: bool,
     /// `forcePersistencyModeBrokerPlugin persistenceFlag="true"`.
     pub force_persistency: bool,
+    /// Run the JVM in this network namespace (`ip netns exec`), its STOMP connector on
+    /// the namespace's address, port [`NETNS_PORT`]; the harness reaches it from a thread
+    /// in the namespace. Default: none, 127.0.0.1 on a free port.
+    pub netns: Option<Netns>,
+    /// An `activemq.xml` of one's own instead of the generated one (with
+    /// [`Options::netns`] only: its STOMP connector must answer on the namespace's
+    /// address, port [`NETNS_PORT`]). `auth` says whether it takes [`USER`]/[`PASSWORD`].
+    pub xml: Option<String>,
+    /// More files of the broker's `conf` directory (`activemq.conf`): name, content.
+    pub conf_files: Vec<(String, String)>,
 }
+
+/// A network namespace made by the test (`/run/netns/<name>`) and the broker's address
+/// there.
+#[derive(Clone, Debug)]
+pub struct Netns {
+    pub name: String,
+    pub ip: IpAddr,
+}
+
+/// The STOMP port of a broker in a namespace of its own (ActiveMQ's usual one).
+pub const NETNS_PORT: u16 = 61613;
 
 impl Default for Options {
     fn default() -> Options {
         Options {
             auth: true,
             force_persistency: true,
+            netns: None,
+            xml: None,
+            conf_files: Vec::new(),
         }
     }
 }
@@ -78,6 +104,7 @@ pub fn require_activemq() {
 /// One ActiveMQ broker; killed and its directory removed on drop.
 pub struct Broker {
     dir: tempfile::TempDir,
+    ip: IpAddr,
     port: u16,
     opts: Options,
     child: Option<Child>,
@@ -94,11 +121,26 @@ impl Broker {
         for d in ["conf", "data", "tmp"] {
             fs::create_dir_all(dir.path().join(d)).unwrap();
         }
-        let port = super::free_port("127.0.0.1");
-        fs::write(dir.path().join("conf/activemq.xml"), config(port, &opts)).unwrap();
+        let (ip, port) = match &opts.netns {
+            Some(ns) => (ns.ip, NETNS_PORT),
+            None => (IpAddr::from([127, 0, 0, 1]), super::free_port("127.0.0.1")),
+        };
+        assert!(
+            opts.xml.is_none() || opts.netns.is_some(),
+            "an activemq.xml of one's own needs a namespace of its own (its port is fixed)"
+        );
+        let xml = match &opts.xml {
+            Some(xml) => xml.clone(),
+            None => config(SocketAddr::new(ip, port), &opts),
+        };
+        fs::write(dir.path().join("conf/activemq.xml"), xml).unwrap();
         fs::write(dir.path().join("conf/log4j.properties"), LOG4J).unwrap();
+        for (name, content) in &opts.conf_files {
+            fs::write(dir.path().join("conf").join(name), content).unwrap();
+        }
         let mut b = Broker {
             dir,
+            ip,
             port,
             opts,
             child: None,
@@ -123,7 +165,15 @@ impl Broker {
             .open(self.log_path())
             .unwrap();
         let prop = |k: &str, v: &std::path::Path| format!("-D{k}={}", v.display());
-        let child = Command::new("java")
+        let mut cmd = match &self.opts.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name, "java"]);
+                c
+            }
+            None => Command::new("java"),
+        };
+        let child = cmd
             .args(["-Xms64m", "-Xmx256m", "-XX:TieredStopAtLevel=1"])
             .arg(format!("-Dactivemq.home={HOME}"))
             .arg(prop("activemq.base", d))
@@ -159,7 +209,8 @@ impl Broker {
                     self.log()
                 );
             }
-            let last = match wire::ping(self.addr(), self.credentials()) {
+            let (addr, credentials) = (self.addr(), self.credentials());
+            let last = match self.here(move || wire::ping(addr, credentials)) {
                 Ok(()) => return,
                 Err(e) => e,
             };
@@ -175,7 +226,15 @@ impl Broker {
     }
 
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.ip, self.port)
+    }
+
+    /// Run `f` where the broker can be reached: in its namespace when it has one.
+    fn here<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        match &self.opts.netns {
+            Some(ns) => super::in_netns(&ns.name, f),
+            None => f(),
+        }
     }
 
     /// `host:port`, as a consumer's broker list takes it.
@@ -259,14 +318,27 @@ impl Broker {
 
     /// Publish as the routing plugin does: see [`publish`].
     pub fn publish(&self, destination: &str, body: &str) {
-        publish(self.addr(), self.credentials(), destination, body)
+        let (addr, credentials) = (self.addr(), self.credentials());
+        let (d, b) = (destination.to_string(), body.to_string());
+        self.here(move || publish(addr, credentials, &d, &b))
             .unwrap_or_else(|e| panic!("publish to {destination}: {e}"));
     }
 
     /// A plain subscriber of `destination` (auto-ack).
     pub fn observe(&self, destination: &str) -> Observer {
-        Observer::subscribe(self.addr(), self.credentials(), destination)
+        let (addr, credentials) = (self.addr(), self.credentials());
+        let d = destination.to_string();
+        self.here(move || Observer::subscribe(addr, credentials, &d))
             .unwrap_or_else(|e| panic!("subscribe to {destination}: {e}"))
+    }
+
+    /// The command prefix that runs a process where the broker can be reached
+    /// (`ip netns exec NAME`, or nothing).
+    pub fn prefix(&self) -> Vec<String> {
+        match &self.opts.netns {
+            Some(ns) => vec!["ip".into(), "netns".into(), "exec".into(), ns.name.clone()],
+            None => Vec::new(),
+        }
     }
 }
 
@@ -340,8 +412,8 @@ pub fn publish(
     Ok(())
 }
 
-/// The broker's configuration: one STOMP connector on 127.0.0.1:`port`.
-fn config(port: u16, opts: &Options) -> String {
+/// The broker's configuration: one STOMP connector on `bind`.
+fn config(bind: SocketAddr, opts: &Options) -> String {
     let mut plugins = String::new();
     if opts.force_persistency {
         plugins.push_str("      <forcePersistencyModeBrokerPlugin persistenceFlag=\"true\"/>\n");
@@ -383,7 +455,7 @@ fn config(port: u16, opts: &Options) -> String {
     <plugins>
 {plugins}    </plugins>
     <transportConnectors>
-      <transportConnector name="stomp" uri="stomp://127.0.0.1:{port}?transport.closeAsync=false"/>
+      <transportConnector name="stomp" uri="stomp://{bind}?transport.closeAsync=false"/>
     </transportConnectors>
   </broker>
 </beans>

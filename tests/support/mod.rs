@@ -65,6 +65,14 @@ impl TestBackend {
         Self::serve(name, listener)
     }
 
+    /// Serve on `addr` in network namespace `ns` (see [`in_netns`]); within a runtime.
+    pub fn start_in(name: &str, ns: &str, addr: SocketAddr) -> TestBackend {
+        let l = in_netns(ns, move || std::net::TcpListener::bind(addr))
+            .unwrap_or_else(|e| panic!("bind {addr} in {ns}: {e}"));
+        l.set_nonblocking(true).unwrap();
+        Self::serve(name, TcpListener::from_std(l).unwrap())
+    }
+
     fn serve(name: &str, listener: TcpListener) -> TestBackend {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicU64::new(0));
@@ -980,6 +988,24 @@ pub fn ip(args: &[&str]) {
         "ip {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Run `f` on a thread that entered network namespace `ns` (`/run/netns/<ns>`, made by
+/// `ip netns add`): the sockets it makes live there, and stay there.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        rustix::thread::move_into_link_name_space(
+            fd.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .expect("setns into the test's namespace");
+        f()
+    })
+    .join()
+    .unwrap()
 }
 
 /// Network-namespace tests need root; CI runs as root, so not being root is a failure.

@@ -40,8 +40,19 @@ impl Source {
     /// A broker (authentication and forced persistency, as documented for routers) and
     /// origin-server's plugin publishing to `destination`.
     pub fn start(destination: &str) -> Source {
-        let broker = Broker::start(Options::default());
-        let plugin = Plugin::start(&[broker.addr()], broker.credentials(), destination);
+        Source::start_with(destination, Options::default())
+    }
+
+    /// As [`Source::start`], with a broker set up as `opts` says (in a network namespace:
+    /// the plugin runs there too).
+    pub fn start_with(destination: &str, opts: Options) -> Source {
+        let broker = Broker::start(opts);
+        let plugin = Plugin::start_in(
+            &broker.prefix(),
+            &[broker.addr()],
+            broker.credentials(),
+            destination,
+        );
         Source {
             broker,
             plugin,

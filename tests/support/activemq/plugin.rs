@@ -136,6 +136,17 @@ impl Plugin {
         credentials: Option<(&str, &str)>,
         destination: &str,
     ) -> Option<Plugin> {
+        Plugin::start_in(&[], hosts, credentials, destination)
+    }
+
+    /// As [`Plugin::start`], run through a command `prefix` (`ip netns exec NAME`: where
+    /// the brokers can be reached).
+    pub fn start_in(
+        prefix: &[String],
+        hosts: &[SocketAddr],
+        credentials: Option<(&str, &str)>,
+        destination: &str,
+    ) -> Option<Plugin> {
         let (Some(service), Some(plugin)) = (source(SERVICE), source(PLUGIN)) else {
             eprintln!(
                 "\n==========================================================================\n\
@@ -169,7 +180,15 @@ impl Plugin {
             "username": user,
             "password": pass,
         });
-        let mut child = Command::new("ruby")
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg("ruby");
+                c
+            }
+            None => Command::new("ruby"),
+        };
+        let mut child = cmd
             .arg(dir.path().join("routing_plugin.rb"))
             .arg(dir.path())
             .env("ROUTING_ACTIVEMQ", conf.to_string())
