@@ -25,8 +25,15 @@
 # share LOAD_CPU. Loopback only; every step bounded in time.
 #
 # Usage: bash bench/slow_read.sh   (ROUNDS=3 CONNS=500 RATE=200 PROBE_SECS=20 ...)
+#        SMOKE=1 bash bench/slow_read.sh   (one round, 20 slow connections, 2 s, the debug
+#                                           build: checks that every target, phase and
+#                                           path has a measured line; CI runs it)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${SMOKE:-0}" = 1 ]; then
+  : "${ROUNDS:=1}" "${CONNS:=20}" "${RATE:=20}" "${QUIET_SECS:=1}" "${PROBE_SECS:=2}" "${INTERVAL:=0.1}"
+  : "${GEARLB_BIN:=$root/target/debug/gearlb}"
+fi
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-500}
 RATE=${RATE:-200}
@@ -216,6 +223,11 @@ for r in $(seq 1 "$ROUNDS"); do
     sleep 1
   done
 done
+
+# Every target, phase and path of every round has its line, with requests counted.
+want=$((ROUNDS * $(echo "$TARGETS" | wc -w) * 2 * 2))
+got=$(awk '$5 > 0 && $7 != "" { n++ } END { print n + 0 }' "$results")
+[ "$got" = "$want" ] || { echo "slow_read.sh: $got measured lines of $want" >&2; exit 1; }
 
 # Per round: gearlb / HAProxy of the attack phase's p99 and worst, per path.
 echo

@@ -8,13 +8,14 @@
 # With none of them set, grep finds nothing: not an error.
 COMMAND_LINE="$({ env | grep -E '^(DURATION|WARMUP|CONNECTIONS|THREADS|ROUNDS|SCENARIOS?|TARGETS|PIN|PROXY_CPUS|LOAD_CPUS|SMOKE|FIXED_[A-Z]+|LARGE_CONNECTIONS|MANY_N|MANY_ROUTES|CHURN_HZ|IDLE_CONNS|INSTR_REQUESTS|INSTR_WARMUP|INSTR_BODY|INSTR_TLS|CAP_PERCENT|CAP_PERIOD_US|REF)=' || true; } | sort | tr '\n' ' ')bash bench/run.sh"
 
-# SMOKE=1: every scenario once against the default targets, with tiny sizes and the
-# debug build (what `cargo test` builds), in about a minute: it checks that the harness
-# still runs and still reads every figure from the product (a "?" fails the run), and
-# judges nothing. Any variable given explicitly still wins.
+# SMOKE=1: every scenario once against gearlb, haproxy-reuse and direct, with tiny sizes
+# and the debug build (what `cargo test` builds), in about a minute: it checks that the
+# harness still runs and still reads every figure from the product (a "?" fails the
+# run), and judges nothing. Any variable given explicitly still wins.
 SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then
-    : "${ROUNDS:=1}" "${DURATION:=1}" "${WARMUP:=1}" "${CONNECTIONS:=8}"
+    : "${TARGETS:=gearlb haproxy-reuse direct}"
+    : "${ROUNDS:=1}" "${DURATION:=1}" "${WARMUP:=0}" "${CONNECTIONS:=8}"
     : "${FIXED_DURATION:=1}" "${FIXED_FRACTION:=2}" "${LARGE_CONNECTIONS:=2}"
     : "${MANY_N:=12}" "${MANY_ROUTES:=20}" "${CHURN_HZ:=5}" "${IDLE_CONNS:=200}"
     : "${INSTR_REQUESTS:=200}" "${INSTR_WARMUP:=50}" "${WAKEUP_SECS:=1}" "${BUILD:=0}"
