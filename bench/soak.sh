@@ -5,7 +5,7 @@
 #
 # Usage:  bash bench/soak.sh                 (30 minutes)
 #         DURATION=600 bash bench/soak.sh    (10 minutes)
-#         SMOKE=1 bash bench/soak.sh         (20 s, the debug build: every step once, the
+#         SMOKE=1 bash bench/soak.sh         (12 s, the debug build: every step once, the
 #                                             status fields read checked, memory not
 #                                             judged; CI runs it, tests/bench_smoke.rs)
 #
@@ -47,8 +47,8 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then
-    : "${DURATION:=20}" "${WARMUP:=5}" "${CONNECTIONS:=4}" "${CHURN:=2}" "${ROTATE:=5}"
-    : "${ROTATE_IN:=3}" "${SAMPLE:=1}" "${BUILD:=0}" "${GEARLB_BIN:=$REPO/target/debug/gearlb}"
+    : "${DURATION:=12}" "${WARMUP:=3}" "${CONNECTIONS:=4}" "${CHURN:=2}" "${ROTATE:=4}"
+    : "${ROTATE_IN:=2}" "${SAMPLE:=1}" "${BUILD:=0}" "${GEARLB_BIN:=$REPO/target/debug/gearlb}"
 fi
 DURATION=${DURATION:-1800}
 CONNECTIONS=${CONNECTIONS:-16}

@@ -4,20 +4,15 @@
 //! JSON report or of `ctl … --json`, a log line it reads, a reply it times), so a
 //! harness that drifted from the product fails here instead of recording empty figures.
 //!
-//! Two lanes run side by side: the harnesses on fixed ports and pinned CPUs (run.sh,
-//! slow_read.sh, soak.sh, tcp.sh) one after another in one, the others in the other.
-//! Each needs the tools its harness needs (`.ci/run` installs them); a missing tool is a
-//! failure, not a skip.
+//! Two lanes, two tests, run side by side: the harnesses on fixed ports and pinned CPUs
+//! (run.sh, slow_read.sh, tcp.sh) one after another in one, the others in the other.
+//! Each lane runs all of its harnesses and then fails naming every one that failed,
+//! with its output. A missing tool (`.ci/run` installs them all) is a failure, not a
+//! skip.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Instant;
-
-/// The lane of the harnesses on fixed ports and pinned CPUs.
-static PINNED: Mutex<()> = Mutex::new(());
-/// The lane of the others.
-static FREE: Mutex<()> = Mutex::new(());
 
 /// Variables of the harnesses that must come from the test, not from the environment.
 const HARNESS_VARS: &[&str] = &[
@@ -41,260 +36,239 @@ const HARNESS_VARS: &[&str] = &[
     "KEEP",
 ];
 
+/// One harness: what to call it, its tools (command, how to install it), its time limit
+/// in seconds, its command line and its variables beyond SMOKE=1 and GEARLB_BIN.
+struct Harness {
+    what: &'static str,
+    tools: &'static [(&'static str, &'static str)],
+    limit: u32,
+    cmd: Vec<String>,
+    env: Vec<(&'static str, String)>,
+}
+
+const WRK: (&str, &str) = ("wrk", "apt-get install wrk");
+const NGINX: (&str, &str) = ("nginx", "apt-get install nginx-light");
+const HAPROXY: (&str, &str) = ("haproxy", "apt-get install haproxy");
+const CURL: (&str, &str) = ("curl", "apt-get install curl");
+const PYTHON: (&str, &str) = ("python3", "apt-get install python3");
+const VALGRIND: (&str, &str) = ("valgrind", "apt-get install valgrind");
+const OHA: (&str, &str) = ("oha", "cargo install --locked oha");
+const OPENSSL: (&str, &str) = ("openssl", "apt-get install openssl");
+const SLOWHTTPTEST: (&str, &str) = ("slowhttptest", "apt-get install slowhttptest");
+const IP: (&str, &str) = ("ip", "apt-get install iproute2");
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn gearlb() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gearlb"))
+fn gearlb() -> String {
+    env!("CARGO_BIN_EXE_gearlb").to_string()
 }
 
-/// Fails (naming the package) unless every tool is on the PATH.
-fn need(tools: &[(&str, &str)]) {
-    for (tool, package) in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        assert!(
-            found || (*tool == "oha" && home_oha().exists()),
-            "{tool} is missing: {package} (.ci/run installs it)"
-        );
+fn home_bin() -> PathBuf {
+    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin")
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// The PATH of a harness: oha may be where `cargo install` puts it.
+fn path() -> String {
+    format!(
+        "{}:{}",
+        home_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+fn missing_tools(h: &Harness) -> Vec<String> {
+    h.tools
+        .iter()
+        .filter(|(tool, _)| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .env("PATH", path())
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(|(tool, package)| format!("{tool} is missing: {package} (.ci/run installs it)"))
+        .collect()
+}
+
+/// Runs one harness in its smoke mode within its time limit: None if it exited 0, else
+/// why not, with its output.
+fn run(h: &Harness) -> Option<String> {
+    let missing = missing_tools(h);
+    if !missing.is_empty() {
+        return Some(missing.join("; "));
     }
-}
-
-fn home_oha() -> PathBuf {
-    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo/bin/oha")
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Runs one harness in its smoke mode (SMOKE=1, GEARLB_BIN = this build's binary) in its
-/// lane, within `limit` seconds, and fails with its output unless it exits 0.
-fn smoke(lane: &Mutex<()>, what: &str, limit: u32, cmd: &[&str], env: &[(&str, &str)]) {
-    let _one = lane.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = Command::new("timeout");
-    c.arg(limit.to_string()).args(cmd).current_dir(repo());
+    c.arg(h.limit.to_string()).args(&h.cmd).current_dir(repo());
     for v in HARNESS_VARS {
         c.env_remove(v);
     }
-    // oha may be where `cargo install` puts it.
-    let path = format!(
-        "{}:{}",
-        home_oha().parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     c.env("SMOKE", "1")
         .env("GEARLB_BIN", gearlb())
-        .env("PATH", path);
-    c.envs(env.iter().copied());
+        .env("PATH", path());
+    for (k, v) in &h.env {
+        c.env(k, v);
+    }
     let t = Instant::now();
-    let out = c.output().expect("run the harness");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    eprintln!("{what}: {:.1} s, {}", t.elapsed().as_secs_f64(), out.status);
-    assert!(
-        out.status.success(),
-        "{what} failed ({}; 124 is the {limit} s limit):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+    let out = match c.output() {
+        Ok(out) => out,
+        Err(e) => return Some(format!("cannot run {:?}: {e}", h.cmd)),
+    };
+    eprintln!(
+        "{}: {:.1} s, {}",
+        h.what,
+        t.elapsed().as_secs_f64(),
         out.status
     );
+    (!out.status.success()).then(|| {
+        format!(
+            "exit {} (124: the {} s limit)\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            h.limit,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
-const LOAD: &[(&str, &str)] = &[
-    ("wrk", "apt-get install wrk"),
-    ("nginx", "apt-get install nginx-light"),
-    ("haproxy", "apt-get install haproxy"),
-    ("curl", "apt-get install curl"),
-    ("python3", "apt-get install python3"),
-];
+/// Runs every harness of a lane, one after another; fails naming each that failed.
+fn lane(harnesses: Vec<Harness>) {
+    let failed: Vec<String> = harnesses
+        .iter()
+        .filter_map(|h| run(h).map(|why| format!("==== {} failed: {why}", h.what)))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
 
+/// The harnesses on fixed ports (or random ones among them) and pinned CPUs.
 #[test]
-fn run_sh_every_scenario() {
-    need(LOAD);
-    need(&[
-        ("valgrind", "apt-get install valgrind"),
-        ("oha", "cargo install --locked oha"),
+fn pinned_harnesses_read_the_product() {
+    lane(vec![
+        Harness {
+            what: "bench/run.sh (every scenario)",
+            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND, OHA],
+            limit: 400,
+            cmd: argv(&["bash", "bench/run.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/run.sh (the other targets; instructions over TLS, with bodies)",
+            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND, OHA, OPENSSL],
+            limit: 300,
+            cmd: argv(&["bash", "bench/run.sh"]),
+            env: vec![
+                ("SCENARIOS", "peak_small instructions".into()),
+                (
+                    "TARGETS",
+                    "gearlb-allfwd gearlb-noaff gearlb-alt haproxy-close haproxy-fwd \
+                     haproxy-last haproxy-reuse"
+                        .into(),
+                ),
+                ("GEARLB_ALT_BIN", gearlb()),
+                ("INSTR_TLS", "1".into()),
+                ("INSTR_BODY", "64".into()),
+            ],
+        },
+        Harness {
+            what: "bench/slow_read.sh",
+            tools: &[NGINX, HAPROXY, PYTHON, SLOWHTTPTEST],
+            limit: 120,
+            cmd: argv(&["bash", "bench/slow_read.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/tcp.sh",
+            tools: &[NGINX, HAPROXY, PYTHON, OHA],
+            limit: 120,
+            cmd: argv(&["bash", "bench/tcp.sh"]),
+            env: vec![],
+        },
     ]);
-    smoke(&PINNED, "bench/run.sh", 400, &["bash", "bench/run.sh"], &[]);
 }
 
+/// The others (ports of their own, no pinning; partition.py in network namespaces).
 #[test]
-fn run_sh_the_other_targets_and_tls() {
-    need(LOAD);
-    need(&[
-        ("valgrind", "apt-get install valgrind"),
-        ("oha", "cargo install --locked oha"),
-    ]);
-    let alt = gearlb();
-    smoke(
-        &PINNED,
-        "bench/run.sh (other targets, instructions over TLS with bodies)",
-        300,
-        &["bash", "bench/run.sh"],
-        &[
-            ("SCENARIOS", "peak_small instructions"),
-            (
-                "TARGETS",
-                "gearlb-allfwd gearlb-noaff gearlb-alt haproxy-close haproxy-fwd haproxy-last haproxy-reuse",
-            ),
-            ("GEARLB_ALT_BIN", alt.to_str().unwrap()),
-            ("INSTR_TLS", "1"),
-            ("INSTR_BODY", "64"),
-        ],
-    );
-}
-
-#[test]
-fn slow_read_sh() {
-    need(LOAD);
-    need(&[("slowhttptest", "apt-get install slowhttptest")]);
-    smoke(
-        &PINNED,
-        "bench/slow_read.sh",
-        120,
-        &["bash", "bench/slow_read.sh"],
-        &[],
-    );
-}
-
-#[test]
-fn tcp_sh() {
-    need(LOAD);
-    need(&[("oha", "cargo install --locked oha")]);
-    smoke(&PINNED, "bench/tcp.sh", 120, &["bash", "bench/tcp.sh"], &[]);
-}
-
-#[test]
-fn soak_sh() {
-    need(LOAD);
-    smoke(
-        &PINNED,
-        "bench/soak.sh",
-        120,
-        &["bash", "bench/soak.sh"],
-        &[],
-    );
-}
-
-#[test]
-fn tls_handshake_sh() {
-    need(&[
-        ("haproxy", "apt-get install haproxy"),
-        ("openssl", "apt-get install openssl"),
-    ]);
-    smoke(
-        &FREE,
-        "bench/tls_handshake.sh",
-        120,
-        &["bash", "bench/tls_handshake.sh"],
-        &[],
-    );
-}
-
-#[test]
-fn cluster_py() {
-    need(&[("python3", "apt-get install python3")]);
-    let bin = gearlb();
-    smoke(
-        &FREE,
-        "bench/cluster.py --smoke",
-        240,
-        &[
-            "python3",
-            "bench/cluster.py",
-            "--smoke",
-            "--bin",
-            bin.to_str().unwrap(),
-        ],
-        &[],
-    );
-}
-
-#[test]
-fn partition_py() {
+fn other_harnesses_read_the_product() {
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
     assert!(
-        is_root(),
+        is_root,
         "bench/partition.py needs root (network namespaces); CI runs as root"
     );
-    need(&[
-        ("python3", "apt-get install python3"),
-        ("ip", "apt-get install iproute2"),
-    ]);
-    let bin = gearlb();
-    smoke(
-        &FREE,
-        "bench/partition.py --smoke",
-        240,
-        &[
-            "python3",
-            "bench/partition.py",
-            "--smoke",
-            "--bin",
-            bin.to_str().unwrap(),
-        ],
-        &[],
-    );
-}
-
-#[test]
-fn rotation_sh() {
-    need(&[("python3", "apt-get install python3")]);
-    smoke(
-        &FREE,
-        "bench/rotation.sh",
-        120,
-        &["bash", "bench/rotation.sh"],
-        &[],
-    );
-}
-
-#[test]
-fn cluster_sim_sh() {
-    need(&[("python3", "apt-get install python3")]);
     // `cargo test` builds the workspace's examples beside the binaries.
-    let sim = gearlb().parent().unwrap().join("examples/cluster_sim");
-    smoke(
-        &FREE,
-        "bench/cluster_sim.sh",
-        240,
-        &["bash", "bench/cluster_sim.sh"],
-        &[("SIM_BIN", sim.to_str().unwrap())],
-    );
-}
-
-#[test]
-fn router_apps_sh() {
-    need(&[
-        ("valgrind", "apt-get install valgrind"),
-        ("nginx", "apt-get install nginx-light"),
-        ("python3", "apt-get install python3"),
-        ("curl", "apt-get install curl"),
-        ("oha", "cargo install --locked oha"),
+    let sim = Path::new(&gearlb())
+        .parent()
+        .unwrap()
+        .join("examples/cluster_sim");
+    lane(vec![
+        Harness {
+            what: "bench/cluster.py --smoke",
+            tools: &[PYTHON],
+            limit: 240,
+            cmd: argv(&["python3", "bench/cluster.py", "--smoke", "--bin", &gearlb()]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/partition.py --smoke",
+            tools: &[PYTHON, IP],
+            limit: 240,
+            cmd: argv(&[
+                "python3",
+                "bench/partition.py",
+                "--smoke",
+                "--bin",
+                &gearlb(),
+            ]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/soak.sh",
+            tools: &[WRK, NGINX, CURL, PYTHON],
+            limit: 120,
+            cmd: argv(&["bash", "bench/soak.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/rotation.sh",
+            tools: &[PYTHON],
+            limit: 120,
+            cmd: argv(&["bash", "bench/rotation.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/cluster_sim.sh",
+            tools: &[PYTHON],
+            limit: 240,
+            cmd: argv(&["bash", "bench/cluster_sim.sh"]),
+            env: vec![("SIM_BIN", sim.display().to_string())],
+        },
+        Harness {
+            what: "bench/router_apps.sh",
+            tools: &[VALGRIND, NGINX, PYTHON, CURL, OHA],
+            limit: 240,
+            cmd: argv(&["bash", "bench/router_apps.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/tls_handshake.sh",
+            tools: &[HAPROXY, OPENSSL],
+            limit: 120,
+            cmd: argv(&["bash", "bench/tls_handshake.sh"]),
+            env: vec![],
+        },
+        Harness {
+            what: "bench/pool.py",
+            tools: &[PYTHON],
+            limit: 60,
+            cmd: argv(&["python3", "bench/pool.py"]),
+            env: vec![],
+        },
     ]);
-    smoke(
-        &FREE,
-        "bench/router_apps.sh",
-        240,
-        &["bash", "bench/router_apps.sh"],
-        &[],
-    );
-}
-
-#[test]
-fn pool_py_reads_the_recorded_rounds() {
-    need(&[("python3", "apt-get install python3")]);
-    smoke(
-        &FREE,
-        "bench/pool.py",
-        60,
-        &["python3", "bench/pool.py"],
-        &[],
-    );
 }
