@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/soak.sh - a long run of mixed load through two gossiping balancers while the
 # backend set churns and a gear is rotated out and back every minute. Reports errors
-# and the balancers' memory over time. Not run in CI.
+# and the balancers' memory over time. CI runs only its smoke mode (SMOKE=1, below).
 #
 # Usage:  bash bench/soak.sh                 (30 minutes)
 #         DURATION=600 bash bench/soak.sh    (10 minutes)

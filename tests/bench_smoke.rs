@@ -127,7 +127,7 @@ fn run(h: &Harness) -> Option<String> {
     );
     (!out.status.success()).then(|| {
         format!(
-            "exit {} (124: the {} s limit)\n--- stdout\n{}\n--- stderr\n{}",
+            "{} (124 would be its {} s limit)\n--- stdout\n{}\n--- stderr\n{}",
             out.status,
             h.limit,
             String::from_utf8_lossy(&out.stdout),
