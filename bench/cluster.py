@@ -4,7 +4,8 @@
 Usage:
     python3 bench/cluster.py [--bin target/release/gearlb] [--m 30] [--n 3000]
                              [--coverage 100] [--rounds 10] [--idle 30]
-                             [--failover 0] [--json out.json]
+                             [--stop 5,30] [--failover 0] [--json out.json]
+    python3 bench/cluster.py --smoke [--bin target/debug/gearlb]   # ~30 s, judges nothing
 
 Every balancer is a real `gearlb run` (one worker thread, health checks off so that
 what is measured is coordination, gossip on the proxy port as in a gear, the default
@@ -12,6 +13,12 @@ what is measured is coordination, gossip on the proxy port as in a gear, the def
 uuids) and get the same N web gears through `update-cluster` (32-hex gear names, a
 16-character namespace: the platform's real shapes). The harness talks to each control
 socket directly (one JSON line per request), so no `gearlb ctl` process is timed.
+
+What it reads from the product (`Read` below): the `peers` reply (`ctl peers --json`):
+`advertise` (the gossip address), `live`, and `scaler.acting` (this balancer acts as
+the scaler now); the `rotate` reply's `proxy_results`; and two kinds of log line, which
+the smoke mode checks against the replies: when a balancer starts and stops acting,
+and a peer declared dead.
 
 Measured, in this order:
   convergence   time from the last set-peers until every balancer sees all M live;
@@ -23,16 +30,17 @@ Measured, in this order:
                 CPU per balancer over the rotation phase;
   false deaths  "peer balancer dead or left" log lines while no balancer was stopped;
   stalls        (--stop 5,30) for each duration: SIGSTOP the acting scaler for that long,
-                SIGCONT, wait 10 s; whether another took over meanwhile;
+                SIGCONT, wait --settle s; whether another acted meanwhile (`peers`);
   overlap       from every balancer's log, after set-peers and before the failovers: the
-                intervals each one acted ("this balancer is now the scaler" to "stands
-                down" / "stopped acting"; a stalled one's role ends when its lease lapsed,
-                as its stand-down line says), the most acting at once and for how long
-                two or more did;
+                intervals each one acted (start to stand-down; a stalled one's role ends
+                when its lease lapsed, as its stand-down line says), the most acting at
+                once and for how long two or more did;
   failover      (--failover K) K times: kill -9 the acting scaler and time until another
-                one acts.
+                one's `peers` reply says it acts.
 
-Not run in CI. Results go to stdout (and --json); bench/CLUSTER.md records them.
+Exits non-zero when a figure could not be read (no convergence, a failover never seen);
+--smoke also when a field or log line it reads is missing. Results go to stdout (and
+--json); bench/CLUSTER.md records them. CI runs --smoke (tests/bench_smoke.rs).
 """
 
 import argparse
@@ -47,11 +55,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from cluster_logs import ActingSampler, acting_overlap, deaths_in
 
 SECRET = "bench-cluster-secret-0123456789abcdef"
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Unreadable(Exception):
+    """The product did not give what the harness reads: a field, a log line."""
 
 
 def hexid(rng):
@@ -81,6 +94,16 @@ def request(sock_path, req, timeout=300.0):
                 return msg, progress
     s.close()
     raise RuntimeError(f"{sock_path}: connection closed without a reply")
+
+
+def field(reply, *path):
+    """reply["data"][path...], or Unreadable naming the path."""
+    v = reply.get("data")
+    for k in path:
+        if not isinstance(v, dict) or k not in v:
+            raise Unreadable(f"the control reply has no data.{'.'.join(path)}: {json.dumps(reply)[:300]}")
+        v = v[k]
+    return v
 
 
 def cpu_ticks(pid):
@@ -147,26 +170,34 @@ gossip_interval = "{args.gossip}"
         self.gossip = None
 
     def wait_serving(self, limit=30.0):
+        """Until the control socket answers `peers`; its `advertise` is the gossip address."""
         end = time.time() + limit
         while time.time() < end:
-            with open(self.log_path) as f:
-                text = f.read()
-            m = re.search(r"gearlb serving.*gossip=([0-9.:]+)", text)
-            if m:
-                self.gossip = m.group(1)
-                return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.id} exited:\n{text}")
+                raise RuntimeError(f"{self.id} exited:\n{self.log_text()}")
+            if os.path.exists(self.sock):
+                try:
+                    reply, _ = request(self.sock, {"cmd": "peers"}, timeout=5)
+                except OSError:
+                    reply = None
+                if reply is not None:
+                    self.gossip = field(reply, "advertise")
+                    if not re.fullmatch(r"[0-9.]+:[1-9][0-9]*", self.gossip or ""):
+                        raise Unreadable(f"{self.id}: peers.advertise is {self.gossip!r}, not host:port")
+                    return
             time.sleep(0.05)
-        raise RuntimeError(f"{self.id} did not start")
+        raise RuntimeError(f"{self.id} did not start:\n{self.log_text()}")
+
+    def peers(self, timeout=30):
+        reply, _ = request(self.sock, {"cmd": "peers"}, timeout=timeout)
+        return reply
 
     def live(self):
-        reply, _ = request(self.sock, {"cmd": "peers"}, timeout=30)
-        return reply["data"]["live"]
+        return field(self.peers(), "live")
 
-    def status(self):
-        reply, _ = request(self.sock, {"cmd": "status"}, timeout=30)
-        return reply["data"]
+    def acting(self, timeout=30):
+        """Whether this balancer acts as the scaler now (`peers`: scaler.acting)."""
+        return bool(field(self.peers(timeout), "scaler", "acting"))
 
     def log_text(self):
         with open(self.log_path) as f:
@@ -179,7 +210,7 @@ gossip_interval = "{args.gossip}"
         self.log.close()
 
 
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/gearlb")
     ap.add_argument("--m", type=int, default=30)
@@ -189,12 +220,22 @@ def main():
     ap.add_argument("--idle", type=float, default=30.0)
     ap.add_argument("--failover", type=int, default=0)
     ap.add_argument("--stop", default="", help="SIGSTOP the acting scaler for these seconds, e.g. 5,30")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds after each SIGCONT")
     ap.add_argument("--gossip", default="200ms")
     ap.add_argument("--rotate-timeout", default="20s")
     ap.add_argument("--converge-limit", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="3 balancers, 20 gears, every phase once, checked")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.m, args.n, args.rounds, args.idle, args.stop, args.settle, args.failover = 3, 20, 2, 1.0, "1", 3.0, 1
+        args.converge_limit = 60.0
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     rng = random.Random(args.seed)
     ns = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(16))
     gears = [hexid(rng) for _ in range(args.n)]
@@ -210,6 +251,7 @@ def main():
         "nproc": os.cpu_count(),
         "loadavg_start": os.getloadavg()[0],
     }
+    problems = []
     root = tempfile.mkdtemp(prefix="gearlb-cluster-")
     lbs = []
     try:
@@ -239,96 +281,48 @@ def main():
         if converged is None:
             seen = [len(lb.live()) for lb in lbs]
             print(f"  live counts: {seen}", flush=True)
+            problems.append("no convergence")
 
         def deaths():
-            return sum(lb.log_text().count("peer balancer dead or left") for lb in lbs)
+            return sum(deaths_in(lb.log_text()) for lb in lbs)
 
         deaths_start = deaths()
-        # Idle.
-        time.sleep(2)
-        before = [cpu_ticks(lb.proc.pid) for lb in lbs]
-        t = time.time()
-        time.sleep(args.idle)
-        el = time.time() - t
-        after = [cpu_ticks(lb.proc.pid) for lb in lbs]
-        idle = [100.0 * (a - b) / TICK / el for a, b in zip(after, before)]
-        result["idle_cpu_pct_mean"] = statistics.mean(idle)
-        result["idle_cpu_pct_max"] = max(idle)
-        result["rss_kib_mean"] = statistics.mean(rss_kib(lb.proc.pid) for lb in lbs)
-        print(
-            f"  idle CPU per balancer: mean {result['idle_cpu_pct_mean']:.2f}% max {max(idle):.2f}% of a core; "
-            f"RSS {result['rss_kib_mean'] / 1024:.1f} MiB",
-            flush=True,
-        )
-        # Rotations.
-        times, acks, failures, messages = [], [], 0, []
-        before = [cpu_ticks(lb.proc.pid) for lb in lbs]
-        t = time.time()
-        for r in range(args.rounds):
-            lb = lbs[r % len(lbs)]
-            label = labels[(r * 7919) % len(labels)]
-            t1 = time.time()
-            reply, _ = request(
-                lb.sock,
-                {"cmd": "rotate", "gear": label, "op": "out", "timeout_ms": int(parse_secs(args.rotate_timeout) * 1000)},
-            )
-            took = time.time() - t1
-            proxies = (reply.get("data") or {}).get("proxy_results") or {}
-            ok_acks = sum(1 for p in proxies.values() if p.get("status") == "success")
-            unreachable = sum(1 for p in proxies.values() if p.get("status") == "unreachable")
-            if reply["exit_code"] == 0 and ok_acks == args.m:
-                times.append(took)
-            else:
-                failures += 1
-                messages.append(reply["message"])
-            acks.append(ok_acks)
-            print(
-                f"  rotate-out {r + 1}/{args.rounds} from {lb.id[:8]}: {took:.3f}s exit {reply['exit_code']} "
-                f"acks {ok_acks}/{args.m} unreachable {unreachable}",
-                flush=True,
-            )
-            reply, _ = request(lb.sock, {"cmd": "rotate", "gear": label, "op": "in"})
-            if reply["exit_code"] != 0:
-                messages.append("rotate-in: " + reply["message"])
-        el = time.time() - t
-        after = [cpu_ticks(lb.proc.pid) for lb in lbs]
-        rot_cpu = [100.0 * (a - b) / TICK / max(el, 1e-9) for a, b in zip(after, before)]
-        el = max(el, 1e-9)
-        result["rotate_out_s"] = times
-        result["rotate_out_p50_s"] = percentile(times, 50)
-        result["rotate_out_max_s"] = max(times) if times else None
-        result["rotate_failures"] = failures
-        result["rotate_acks_min"] = min(acks) if acks else None
-        result["rotate_messages"] = messages[:5]
-        result["rotation_cpu_pct_mean"] = statistics.mean(rot_cpu) if args.rounds else None
+        measure_idle(lbs, args, result)
+        measure_rotations(lbs, labels, args, result)
         result["false_deaths"] = deaths() - deaths_start
         print(
             f"  rotate-out p50 {fmt(result['rotate_out_p50_s'])} max {fmt(result['rotate_out_max_s'])} "
-            f"failures {failures}; CPU during rotations {result['rotation_cpu_pct_mean'] or 0:.2f}%; "
+            f"failures {result['rotate_failures']}; CPU during rotations {result['rotation_cpu_pct_mean'] or 0:.2f}%; "
             f"false deaths {result['false_deaths']}",
             flush=True,
         )
         # Stalls of the acting scaler, sampled every 100 ms as well as read from the logs.
-        sampler = ActingSampler(lbs) if args.stop else None
+        sampler = ActingSampler(lbs) if args.stop or args.smoke else None
         stalls = []
         for secs in [float(x) for x in args.stop.split(",") if x]:
             found = acting_scaler(lbs, "stall")
             if found is None:
+                problems.append("no single acting scaler before a stall")
                 break
             victim, took_over = found
             victim.proc.send_signal(signal.SIGSTOP)
-            time.sleep(secs)
-            took_over = took_over()
+            end, seen = time.time() + secs, False
+            while time.time() < end:
+                seen = seen or took_over()
+                time.sleep(0.1)
+            took_over = seen
             victim.proc.send_signal(signal.SIGCONT)
-            time.sleep(10)
+            time.sleep(args.settle)
             stalls.append({"stop_s": secs, "took_over": took_over})
             print(f"  SIGSTOP of the acting scaler for {secs:g}s: another took over: {took_over}", flush=True)
         result["stalls"] = stalls
+        sampled_acting = set()
         if sampler is not None:
             most, slots = sampler.most_at_once()
+            sampled_acting = sampler.ever_acting()
             result["acting_most_at_once_sampled"] = most
             print(f"  acting scalers sampled every 100 ms through the stalls: most at once {most} ({slots} slots)", flush=True)
-        most, overlap_s, intervals = acting_overlap(lbs, peers_known, time.time())
+        most, overlap_s, intervals, logged_acting = acting_overlap(lbs, peers_known, time.time())
         result["acting_most_at_once"] = most
         result["acting_overlap_s"] = overlap_s
         print(
@@ -336,30 +330,118 @@ def main():
             f"most at once {most}, {overlap_s:.3f}s with two or more",
             flush=True,
         )
-        # Failover.
-        fo = []
-        for _ in range(args.failover):
-            found = acting_scaler(lbs, "failover")
-            if found is None:
-                break
-            victim, took_over = found
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.proc.wait()
-            t1 = time.time()
-            took = None
-            while time.time() - t1 < 30:
-                if took_over():
-                    took = time.time() - t1
-                    break
-                time.sleep(0.02)
-            fo.append(took)
-            print(f"  failover: {fmt(took)}", flush=True)
-        result["failover_s"] = fo
+        # The logs and the replies must tell the same story: a balancer that said it acts
+        # has an acting interval in its log (else the log lines read here have changed).
+        if sampled_acting - logged_acting:
+            problems.append(
+                f"balancers {sorted(i[:8] for i in sampled_acting - logged_acting)} acted (peers: scaler.acting) "
+                "but their logs show no acting interval: the log lines cluster_logs.py reads have changed"
+            )
+        measure_failovers(lbs, args, result, problems)
+        if args.smoke and args.failover and result["failover_s"] and result["failover_s"][0] is not None:
+            # The killed balancer must be declared dead in some log within a few seconds.
+            end = time.time() + 15
+            while deaths() == deaths_start and time.time() < end:
+                time.sleep(0.2)
+            if deaths() == deaths_start:
+                problems.append("a balancer was killed but no log says a peer is dead: the line read for false deaths has changed")
         result["loadavg_end"] = os.getloadavg()[0]
+    except Unreadable as e:
+        problems.append(str(e))
     finally:
         stop_all(lbs, root)
+    if args.smoke and result.get("rotate_failures"):
+        problems.append(f"{result['rotate_failures']} rotate-outs failed or were not acknowledged by all")
+    result["problems"] = problems
     write_json(args.json, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("rotate_out_s",)}))
+    for p in problems:
+        print(f"cluster.py: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def measure_idle(lbs, args, result):
+    time.sleep(2)
+    before = [cpu_ticks(lb.proc.pid) for lb in lbs]
+    t = time.time()
+    time.sleep(args.idle)
+    el = time.time() - t
+    after = [cpu_ticks(lb.proc.pid) for lb in lbs]
+    idle = [100.0 * (a - b) / TICK / el for a, b in zip(after, before)]
+    result["idle_cpu_pct_mean"] = statistics.mean(idle)
+    result["idle_cpu_pct_max"] = max(idle)
+    result["rss_kib_mean"] = statistics.mean(rss_kib(lb.proc.pid) for lb in lbs)
+    print(
+        f"  idle CPU per balancer: mean {result['idle_cpu_pct_mean']:.2f}% max {max(idle):.2f}% of a core; "
+        f"RSS {result['rss_kib_mean'] / 1024:.1f} MiB",
+        flush=True,
+    )
+
+
+def measure_rotations(lbs, labels, args, result):
+    times, acks, failures, messages = [], [], 0, []
+    before = [cpu_ticks(lb.proc.pid) for lb in lbs]
+    t = time.time()
+    for r in range(args.rounds):
+        lb = lbs[r % len(lbs)]
+        label = labels[(r * 7919) % len(labels)]
+        t1 = time.time()
+        reply, _ = request(
+            lb.sock,
+            {"cmd": "rotate", "gear": label, "op": "out", "timeout_ms": int(parse_secs(args.rotate_timeout) * 1000)},
+        )
+        took = time.time() - t1
+        proxies = (reply.get("data") or {}).get("proxy_results") or {}
+        ok_acks = sum(1 for p in proxies.values() if p.get("status") == "success")
+        unreachable = sum(1 for p in proxies.values() if p.get("status") == "unreachable")
+        if reply["exit_code"] == 0 and ok_acks == args.m:
+            times.append(took)
+        else:
+            failures += 1
+            messages.append(reply["message"])
+        acks.append(ok_acks)
+        print(
+            f"  rotate-out {r + 1}/{args.rounds} from {lb.id[:8]}: {took:.3f}s exit {reply['exit_code']} "
+            f"acks {ok_acks}/{args.m} unreachable {unreachable}",
+            flush=True,
+        )
+        reply, _ = request(lb.sock, {"cmd": "rotate", "gear": label, "op": "in"})
+        if reply["exit_code"] != 0:
+            messages.append("rotate-in: " + reply["message"])
+    el = max(time.time() - t, 1e-9)
+    after = [cpu_ticks(lb.proc.pid) for lb in lbs]
+    rot_cpu = [100.0 * (a - b) / TICK / el for a, b in zip(after, before)]
+    result["rotate_out_s"] = times
+    result["rotate_out_p50_s"] = percentile(times, 50)
+    result["rotate_out_max_s"] = max(times) if times else None
+    result["rotate_failures"] = failures
+    result["rotate_acks_min"] = min(acks) if acks else None
+    result["rotate_messages"] = messages[:5]
+    result["rotation_cpu_pct_mean"] = statistics.mean(rot_cpu) if args.rounds else None
+
+
+def measure_failovers(lbs, args, result, problems):
+    fo = []
+    for _ in range(args.failover):
+        found = acting_scaler(lbs, "failover")
+        if found is None:
+            problems.append("no single acting scaler before a failover")
+            break
+        victim, took_over = found
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        t1 = time.time()
+        took = None
+        while time.time() - t1 < 30:
+            if took_over():
+                took = time.time() - t1
+                break
+            time.sleep(0.02)
+        fo.append(took)
+        print(f"  failover: {fmt(took)}", flush=True)
+        if took is None:
+            problems.append("a failover was not seen within 30 s (no other balancer's peers reply says it acts)")
+    result["failover_s"] = fo
 
 
 def stop_all(lbs, root):
@@ -378,128 +460,36 @@ def write_json(path, result):
             json.dump(result, f, indent=1)
 
 
-class ActingSampler:
-    """Every 100 ms, from a thread per balancer: whether it acts as the scaler (its
-    `peers` reply carries its own scaler report). A stopped balancer does not answer
-    and is not sampled meanwhile. Only the lowest ids are asked: the election ranks by
-    id here, so only they can become the scaler."""
-
-    def __init__(self, lbs, count=4):
-        self.samples = []  # (time, balancer id, acting)
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self.run, args=(lb,), daemon=True)
-            for lb in sorted(lbs, key=lambda lb: lb.id)[:count]
-        ]
-        for t in self.threads:
-            t.start()
-
-    def run(self, lb):
-        while not self.stop.is_set():
-            t = time.time()
-            try:
-                reply, _ = request(lb.sock, {"cmd": "peers"}, timeout=5)
-                acting = bool(reply["data"]["scaler"]["acting"])
-                self.samples.append((t, lb.id, acting))
-            except Exception:
-                pass
-            self.stop.wait(max(0.0, 0.1 - (time.time() - t)))
-
-    def most_at_once(self):
-        """The most balancers acting within one 100 ms slot, each counted by its
-        latest sample at or before the slot."""
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-        if not self.samples:
-            return 0, 0
-        samples = sorted(self.samples)
-        start, end = samples[0][0], samples[-1][0]
-        latest = {}
-        i = 0
-        most = 0
-        slots = 0
-        t = start
-        while t <= end:
-            while i < len(samples) and samples[i][0] <= t:
-                latest[samples[i][1]] = samples[i]
-                i += 1
-            # A balancer not sampled for a second (stopped, busy) does not count.
-            now = sum(1 for (st, _, acting) in latest.values() if acting and t - st < 1.0)
-            most = max(most, now)
-            slots += 1
-            t += 0.1
-        return most, slots
-
-
-def acting_scaler(lbs, phase):
+def acting_scaler(lbs, phase, wait=20.0):
     """The acting scaler among the running balancers, and a function that says whether
-    another one has taken over since; None (said) unless exactly one acts.
+    another one acts since; None (said) unless exactly one acts within `wait` seconds.
 
     The election ranks by id here (no preferred gear, no head gear): only the lowest ids
-    can be the scaler, so only they are asked (a status report with thousands of gears
-    is a few MB). A take-over is seen in the new scaler's own log line, not by polling
-    status reports."""
+    can be the scaler, so only they are asked, through `peers` (small, unlike a status
+    report with thousands of gears), as is every take-over."""
     alive = sorted((lb for lb in lbs if lb.proc.poll() is None), key=lambda lb: lb.id)
-    acting = [lb for lb in alive[:3] if lb.status()["scaler"]["acting"]]
+    end = time.time() + wait
+    while True:
+        acting = [lb for lb in alive[:3] if lb.acting()]
+        if len(acting) == 1 or time.time() > end:
+            break
+        time.sleep(0.2)
     if len(acting) != 1:
         print(f"  {phase}: {len(acting)} acting scalers among the first three", flush=True)
         return None
     victim = acting[0]
-    others = [lb for lb in alive if lb is not victim]
-    line = "this balancer is now the scaler"
-    marks = {lb.id: lb.log_text().count(line) for lb in others}
-    return victim, lambda: any(lb.log_text().count(line) > marks[lb.id] for lb in others)
+    next_in_line = [lb for lb in alive if lb is not victim][:3]
 
+    def took_over():
+        for lb in next_in_line:
+            try:
+                if lb.acting(timeout=2):
+                    return True
+            except (OSError, RuntimeError):
+                pass
+        return False
 
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z\s.*?(this balancer is now the scaler|stands down as the scaler|stopped acting as scaler)(.*)$")
-
-
-def wall(stamp):
-    from datetime import datetime, timezone
-
-    return datetime.fromisoformat(stamp[:26]).replace(tzinfo=timezone.utc).timestamp()
-
-
-def acting_overlap(lbs, since, until):
-    """From the logs: (most acting at once, seconds with two or more, intervals) over
-    [since, until]. A stand-down after a stall ends the role when its lease lapsed."""
-    events = []
-    intervals = 0
-    for lb in lbs:
-        start = None
-        for line in lb.log_text().splitlines():
-            m = STAMP.match(line)
-            if not m:
-                continue
-            t = wall(m.group(1))
-            if m.group(2) == "this balancer is now the scaler":
-                start = start if start is not None else t
-                continue
-            if start is None:
-                continue
-            lapsed = re.search(r"its role lapsed (\d+) ms ago", m.group(3))
-            end = t - int(lapsed.group(1)) / 1000 if lapsed else t
-            events.append((max(start, since), 1))
-            events.append((max(end, since), -1))
-            intervals += 1
-            start = None
-        if start is not None:
-            events.append((max(start, since), 1))
-            events.append((until, -1))
-            intervals += 1
-    events = [(t, d) for t, d in events if t <= until]
-    events.sort()
-    cur = most = 0
-    overlap = 0.0
-    last = since
-    for t, d in events:
-        if cur >= 2:
-            overlap += t - last
-        cur += d
-        most = max(most, cur)
-        last = t
-    return most, overlap, intervals
+    return victim, took_over
 
 
 def parse_secs(text):

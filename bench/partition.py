@@ -3,8 +3,9 @@
 
 Five `gearlb run` processes, each in a network namespace of its own joined to one
 bridge (10.77.0.0/24), gossip on their proxy ports as in gears. Every 100 ms each
-balancer's status says whether it acts as the scaler; the logs say it again
-(`acting_overlap` of bench/cluster.py, a stand-down after a stall ending at its lease).
+balancer's `peers` reply says whether it acts as the scaler (`scaler.acting`); the logs
+say it again (`acting_overlap` of bench/cluster_logs.py, a stand-down after a stall
+ending at its lease).
 
 Trials: the network is cut 3|2 (blackhole routes in every namespace towards the other
 side) with the acting scaler on the minority side, held, healed; then again with the
@@ -13,9 +14,12 @@ sample and in the logs; during the cut the majority side has an acting scaler an
 minority none; after the heal, exactly one.
 
     sudo python3 bench/partition.py --bin target/release/gearlb [--hold 20] [--json F]
+    sudo python3 bench/partition.py --smoke --bin target/debug/gearlb   # ~30 s, checked
 
 Needs root (namespaces, a bridge, veth pairs); everything it creates is removed at the
-end, and a previous run's leftovers at the start.
+end, and a previous run's leftovers at the start. Exits non-zero when what it reads
+cannot be read (a field of the `peers` reply; with --smoke also the log lines, checked
+against the replies). CI runs --smoke (tests/bench_smoke.rs).
 """
 
 import argparse
@@ -30,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster as c  # noqa: E402
+from cluster_logs import acting_overlap  # noqa: E402
 
 BRIDGE = "glbpart0"
 M = 5
@@ -83,12 +88,13 @@ def heal(side_a, side_b):
 
 
 class Sampler(threading.Thread):
-    """Every 100 ms: which balancers act (from their status)."""
+    """Every 100 ms: which balancers act (from their `peers` replies)."""
 
     def __init__(self, lbs):
         super().__init__(daemon=True)
         self.lbs = lbs
         self.samples = []  # (time, [indices acting])
+        self.error = None
         self.stop = threading.Event()
 
     def run(self):
@@ -97,10 +103,13 @@ class Sampler(threading.Thread):
             acting = []
             for i, lb in enumerate(self.lbs):
                 try:
-                    if lb.status()["scaler"]["acting"]:
+                    if lb.acting(timeout=5):
                         acting.append(i)
-                except Exception:  # a balancer busy past the timeout counts as not known
+                except (OSError, RuntimeError):  # busy past the timeout: not known
                     pass
+                except c.Unreadable as e:
+                    self.error = e
+                    return
             self.samples.append((t, acting))
             self.stop.wait(max(0.0, 0.1 - (time.time() - t)))
 
@@ -114,7 +123,10 @@ def main():
     ap.add_argument("--hold", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=15.0)
     ap.add_argument("--json")
+    ap.add_argument("--smoke", action="store_true", help="holds of 3 s, checked")
     args = ap.parse_args()
+    if args.smoke:
+        args.hold, args.settle = 3.0, 4.0
     if os.geteuid() != 0:
         sys.exit("needs root: network namespaces")
     # What Balancer reads from the arguments of bench/cluster.py.
@@ -126,6 +138,7 @@ def main():
     setup()
     lbs = []
     result = {"bin": args.bin, "m": M, "hold_s": args.hold, "trials": []}
+    problems = []
     sampler = None
     try:
         for i, node_id in enumerate(ids):
@@ -151,7 +164,7 @@ def main():
             end = time.time() + 20
             acting = []
             while time.time() < end:
-                acting = [i for i, lb in enumerate(lbs) if lb.status()["scaler"]["acting"]]
+                acting = [i for i, lb in enumerate(lbs) if lb.acting()]
                 if len(acting) == 1:
                     break
                 time.sleep(0.2)
@@ -188,7 +201,15 @@ def main():
             }
             result["trials"].append(trial_result)
             print(f"  trial {trial + 1} (scaler on the {scaler_side} side): {json.dumps(trial_result)}", flush=True)
-        most, overlap_s, intervals = c.acting_overlap(lbs, peers_known, time.time())
+        if sampler.error is not None:
+            raise sampler.error
+        most, overlap_s, intervals, logged = acting_overlap(lbs, peers_known, time.time())
+        sampled = {ids[i] for _, a in sampler.samples for i in a}
+        if sampled - logged:
+            problems.append("balancers acted (peers: scaler.acting) but their logs show no acting "
+                            "interval: the log lines bench/cluster_logs.py reads have changed")
+        if not sampler.samples:
+            problems.append("no sample of the peers replies")
         result["logs_most_acting"] = most
         result["logs_overlap_s"] = overlap_s
         result["logs_intervals"] = intervals
@@ -198,8 +219,12 @@ def main():
             sampler.stop.set()
         c.stop_all(lbs, root)
         teardown()
+    result["problems"] = problems
     c.write_json(args.json, result)
+    for p in problems:
+        print(f"partition.py: {p}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Pool the paired rounds recorded in bench/RESULTS.md: python3 bench/pool.py
+"""Pool the paired rounds recorded in bench/history/: python3 bench/pool.py
 
-Each run's table in RESULTS.md lists its per-round ratios (gearlb / haproxy-reuse) for
+Each run's table in the history of RESULTS.md (bench/history/*.md, one file per date)
+lists its per-round ratios (gearlb / haproxy-reuse) for
 peak req/s and fixed-rate p99, and gearlb's N=1000 / N=3 ratio per round. This reads
 those lists back from the sections named below and prints the median per-round ratio of
 all of them, with the same order-statistic interval bench/run.sh prints for one run
@@ -69,8 +70,10 @@ def stats(values, better):
 
 
 def main():
-    path = Path(__file__).with_name("RESULTS.md")
-    text = path.read_text()
+    # Newest first, as RESULTS.md was: the first section naming a commit counts.
+    path = Path(__file__).with_name("history")
+    files = sorted((f for f in path.glob("*.md") if f.name != "README.md"), reverse=True)
+    text = "\n".join(f.read_text() for f in files)
     peak, p99, nr = {}, {}, {}
     for heading, body in sections(text):
         c = commit_of(heading, PEAK_P99)

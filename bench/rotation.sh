@@ -3,21 +3,35 @@
 # M = 2, 3 and 10 gossiping balancers on 127.0.0.1, in one run.
 #
 # Usage: bash bench/rotation.sh            (ROUNDS=20 SIZES="2 3 10" GOSSIP=200ms)
+#        SMOKE=1 bash bench/rotation.sh    (M = 2, one round, the debug build; checked)
 #
 # Each balancer is a real `gearlb run` (release build) with the default gossip
 # interval, all knowing each other through `ctl set-peers`, and one web gear announced by
 # `update-cluster`. Each round times `gearlb ctl rotate-out` (from the command start to
 # its exit, i.e. until every live balancer acknowledged "drained") and then rotates the
-# gear back in. Target: p50 < 1 s at M = 10. Not run in CI.
+# gear back in. Target: p50 < 1 s at M = 10. It reads each balancer's gossip address and
+# the live peers from `gearlb ctl peers --json` (`advertise`, `live`), and fails if a
+# size has no rotation timed. CI runs SMOKE=1 (tests/bench_smoke.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-20}
 SIZES=${SIZES:-"2 3 10"}
 GOSSIP=${GOSSIP:-200ms}
-BIN=target/release/gearlb
-if [ ! -x "$BIN" ] || [ -n "$(find src Cargo.toml -newer "$BIN" -print -quit)" ]; then
-  cargo build --release --quiet
+if [ "${SMOKE:-0}" = 1 ]; then
+  ROUNDS=1 SIZES=2 BIN=${GEARLB_BIN:-target/debug/gearlb}
+else
+  BIN=${GEARLB_BIN:-target/release/gearlb}
+  if [ ! -x "$BIN" ] || [ -n "$(find src Cargo.toml -newer "$BIN" -print -quit)" ]; then
+    cargo build --release --quiet
+  fi
 fi
+# peers_field SOCKET FIELD: a field of the balancer's `ctl peers --json` (a list: its length).
+peers_field() {
+  "$BIN" ctl --socket "$1" peers --json | python3 -c '
+import json, sys
+v = json.load(sys.stdin)[sys.argv[1]]
+print(len(v) if isinstance(v, list) else v)' "$2"
+}
 TMP=$(mktemp -d)
 pids=()
 cleanup() {
@@ -61,19 +75,23 @@ TOML
   done
   for i in $(seq 1 "$m"); do
     d="$TMP/m$m-lb$i"
-    for _ in $(seq 1 100); do grep -q 'gearlb serving' "$d/log" && break; sleep 0.05; done
-    addrs+=("'lb$i'='lb$i|$(grep -o 'gossip=[0-9.:]*' "$d/log" | cut -d= -f2)'")
+    for _ in $(seq 1 200); do [ -S "$d/control.sock" ] && break; sleep 0.05; done
+    addr=$(peers_field "$d/control.sock" advertise)
+    [[ $addr =~ ^[0-9.]+:[1-9][0-9]*$ ]] || { echo "lb$i: peers.advertise is '$addr'" >&2; exit 1; }
+    addrs+=("'lb$i'='lb$i|$addr'")
   done
   peers="${addrs[*]}"
   for s in "${socks[@]}"; do
     "$BIN" ctl --socket "$s" set-peers "$peers" > /dev/null
     "$BIN" ctl --socket "$s" update-cluster "web1-ns.example.com|127.0.0.1:9" > /dev/null
   done
+  live=0
   for _ in $(seq 1 100); do
-    live=$("$BIN" ctl --socket "${socks[0]}" peers --json | grep -c '"live": true' || true)
-    [ "$live" -ge $((m - 1)) ] && break
+    live=$(peers_field "${socks[0]}" live)
+    [ "$live" -ge "$m" ] && break
     sleep 0.1
   done
+  [ "$live" -ge "$m" ] || { echo "M=$m: lb1 sees $live live balancers, not $m" >&2; exit 1; }
   times=()
   failures=0
   for _ in $(seq 1 "$ROUNDS"); do
@@ -93,6 +111,7 @@ TOML
     p50=-; p90=-; max=-
   fi
   printf '%4s  %9s  %9s  %9s  %9s\n' "$m" "$p50" "$p90" "$max" "$failures"
+  [ "${#times[@]}" -gt 0 ] || { echo "M=$m: no rotate-out completed" >&2; exit 1; }
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 done

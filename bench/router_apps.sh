@@ -5,7 +5,8 @@
 #
 #   bash bench/router_apps.sh              # APPS=1000, 20000 requests per count
 #   APPS=10000 INSTR_REQUESTS=50000 bash bench/router_apps.sh
-#   SMOKE=1 bash bench/router_apps.sh      # a few seconds: 10 applications, 500 requests
+#   SMOKE=1 bash bench/router_apps.sh      # a few seconds: 10 applications, 500 requests,
+#                                           # the debug build (CI runs it: tests/bench_smoke.rs)
 #   KEEP_CALLGRIND=DIR                      # keeps both callgrind dumps there
 #
 # Each router starts from a table in its state directory (routing-table.json, as a
@@ -22,17 +23,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APPS=${APPS:-1000}
-INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
-CONNECTIONS=${CONNECTIONS:-64}
-BUILD=${BUILD:-1}
-GEARLB_BIN=${GEARLB_BIN:-target/release/gearlb}
-OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 if [[ ${SMOKE:-0} == 1 ]]; then
     APPS=10
     INSTR_REQUESTS=500
     CONNECTIONS=4
+    WARMUP_REQUESTS=100
+    : "${BUILD:=0}" "${GEARLB_BIN:=target/debug/gearlb}"
 fi
+APPS=${APPS:-1000}
+INSTR_REQUESTS=${INSTR_REQUESTS:-20000}
+WARMUP_REQUESTS=${WARMUP_REQUESTS:-3000}
+CONNECTIONS=${CONNECTIONS:-64}
+BUILD=${BUILD:-1}
+GEARLB_BIN=${GEARLB_BIN:-target/release/gearlb}
+OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
 
 die() {
     echo "router_apps.sh: $*" >&2
@@ -151,7 +155,7 @@ EOF
     done
     curl -fsS -o /dev/null -H "Host: $host" "http://127.0.0.1:$port/" ||
         die "the router with $n applications does not route $host: $(tail -5 "$dir/log")"
-    "$OHA_BIN" --no-tui -n 3000 -c "$CONNECTIONS" -H "Host: $host" "http://127.0.0.1:$port/" >/dev/null
+    "$OHA_BIN" --no-tui -n "$WARMUP_REQUESTS" -c "$CONNECTIONS" -H "Host: $host" "http://127.0.0.1:$port/" >/dev/null
     callgrind_control -i on "$pid" >/dev/null
     "$OHA_BIN" --no-tui --output-format json -n "$INSTR_REQUESTS" -c "$CONNECTIONS" \
         -H "Host: $host" "http://127.0.0.1:$port/" >"$dir/oha.json"
@@ -166,7 +170,8 @@ EOF
         mkdir -p "$KEEP_CALLGRIND"
         cp "$dump" "$KEEP_CALLGRIND/callgrind.apps-$n"
     fi
-    ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
+    ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump" 2>/dev/null || true)
+    [[ -n $ir ]] || die "no instruction total in the callgrind dump $dump"
     ok=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200",0))' "$dir/oha.json")
     ((ok > 0)) || die "no request succeeded with $n applications"
     kill "$pid"

@@ -25,8 +25,16 @@
 # share LOAD_CPU. Loopback only; every step bounded in time.
 #
 # Usage: bash bench/slow_read.sh   (ROUNDS=3 CONNS=500 RATE=200 PROBE_SECS=20 ...)
+#        SMOKE=1 bash bench/slow_read.sh   (one round, 20 slow connections, 2 s, the debug
+#                                           build: checks that every target, phase and
+#                                           path has a measured line; CI runs it)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${SMOKE:-0}" = 1 ]; then
+  : "${ROUNDS:=1}" "${CONNS:=20}" "${RATE:=20}" "${QUIET_SECS:=1}" "${PROBE_SECS:=2}" "${INTERVAL:=0.1}"
+  : "${ATTACK_EXTRA:=1}"
+  : "${GEARLB_BIN:=$root/target/debug/gearlb}"
+fi
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-500}
 RATE=${RATE:-200}
@@ -175,7 +183,7 @@ results=$tmp/results
 : >"$results"
 echo "# gearlb $BIN (tree $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')); $(haproxy -v | head -1 | cut -d' ' -f1-3); nginx $(nginx -v 2>&1 | cut -d/ -f2); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# ROUNDS=$ROUNDS CONNS=$CONNS RATE=$RATE QUIET_SECS=$QUIET_SECS PROBE_SECS=$PROBE_SECS INTERVAL=$INTERVAL TIMEOUT=$TIMEOUT"
-echo "# slowhttptest -X -c $CONNS -r $RATE -w 512 -y 1024 -n 5 -z 32 -k 3 -p 3 -l $((PROBE_SECS + 5)) -u http://127.0.0.1:$PROXY_PORT/big"
+echo "# slowhttptest -X -c $CONNS -r $RATE -w 512 -y 1024 -n 5 -z 32 -k 3 -p 3 -l $((PROBE_SECS + ${ATTACK_EXTRA:-5})) -u http://127.0.0.1:$PROXY_PORT/big"
 echo "round target phase path count errors p50_ms p99_ms max_ms rss_mib attack_connected"
 for r in $(seq 1 "$ROUNDS"); do
   order=$TARGETS
@@ -190,7 +198,7 @@ for r in $(seq 1 "$ROUNDS"); do
       echo "$r $t quiet $path $n $e $p50 $p99 $max $((rss0 / 1024)) 0"
     done | tee -a "$results"
     # The attack, bounded by -l (and by timeout if it hangs).
-    attack_secs=$((PROBE_SECS + 5))
+    attack_secs=$((PROBE_SECS + ${ATTACK_EXTRA:-5}))
     taskset -c "$LOAD_CPU" timeout $((attack_secs + 60)) slowhttptest -X -c "$CONNS" -r "$RATE" \
       -w 512 -y 1024 -n 5 -z 32 -k 3 -p 3 -l "$attack_secs" \
       -u "http://127.0.0.1:$PROXY_PORT/big" >"$tmp/$t/attack.$r" 2>&1 &
@@ -216,6 +224,11 @@ for r in $(seq 1 "$ROUNDS"); do
     sleep 1
   done
 done
+
+# Every target, phase and path of every round has its line, with requests counted.
+want=$((ROUNDS * $(echo "$TARGETS" | wc -w) * 2 * 2))
+got=$(awk '$5 > 0 && $7 != "" { n++ } END { print n + 0 }' "$results")
+[ "$got" = "$want" ] || { echo "slow_read.sh: $got measured lines of $want" >&2; exit 1; }
 
 # Per round: gearlb / HAProxy of the attack phase's p99 and worst, per path.
 echo

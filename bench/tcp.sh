@@ -10,8 +10,13 @@
 # default (no splice) and with `option splice-auto`, to see what splice(2) buys here.
 #
 # Usage: bash bench/tcp.sh        (ROUNDS=5 SECS=6 CONNS=32 BIG_CONNS=8)
+#        SMOKE=1 bash bench/tcp.sh (one round of 1 s, the debug build: checks that every
+#                                   target answered; CI runs it, tests/bench_smoke.rs)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${SMOKE:-0}" = 1 ]; then
+  : "${ROUNDS:=1}" "${SECS:=1}" "${CONNS:=4}" "${BIG_CONNS:=2}" "${GEARLB_BIN:=$root/target/debug/gearlb}"
+fi
 ROUNDS=${ROUNDS:-5}
 SECS=${SECS:-6}
 CONNS=${CONNS:-32}
@@ -100,11 +105,13 @@ for r in $(seq 1 "$ROUNDS"); do
     taskset -c 1 oha --no-tui -z 1s -c "$CONNS" --disable-keepalive "http://127.0.0.1:$port/small" > /dev/null
     before=$(cpu_ticks "$pid")
     n=$(taskset -c 1 oha --no-tui -z "${SECS}s" -c "$CONNS" --disable-keepalive --output-format json "http://127.0.0.1:$port/small" | rps)
+    [ "${n:-0}" -gt 0 ] || { echo "$t: no answer through it (conn)" >&2; exit 1; }
     after=$(cpu_ticks "$pid")
     echo "conn $t $r $n $(( (after - before) * tick_us / (n * SECS > 0 ? n * SECS : 1) ))"
     # 1 MiB transfers over kept connections: MiB/s and CPU per MiB.
     before=$(cpu_ticks "$pid")
     n=$(taskset -c 1 oha --no-tui -z "${SECS}s" -c "$BIG_CONNS" --output-format json "http://127.0.0.1:$port/big" | rps)
+    [ "${n:-0}" -gt 0 ] || { echo "$t: no answer through it (mib)" >&2; exit 1; }
     after=$(cpu_ticks "$pid")
     echo "mib $t $r $n $(( (after - before) * tick_us / (n * SECS > 0 ? n * SECS : 1) ))"
     kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -6,8 +6,14 @@
 # (/proc/PID/stat) over the run, divided by the handshakes the client completed.
 #
 # Usage: bash bench/tls_handshake.sh            (ROUNDS=3 SECS=6 KEYS="rsa ec" PROTOS="-tls1_3 -tls1_2")
+#        SMOKE=1 bash bench/tls_handshake.sh    (one round of 1 s, ECDSA, TLS 1.3, the debug
+#                                                build: checks every target completed
+#                                                handshakes; CI runs it, tests/bench_smoke.rs)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${SMOKE:-0}" = 1 ]; then
+  : "${ROUNDS:=1}" "${SECS:=1}" "${KEYS:=ec}" "${PROTOS:=-tls1_3}" "${GEARLB_BIN:=$root/target/debug/gearlb}"
+fi
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-6}
 KEYS=${KEYS:-"rsa ec"}
@@ -58,6 +64,7 @@ for proto in $PROTOS; do
         before=$(cpu_ticks "$pid")
         n=$(taskset -c 1 openssl s_time -connect "127.0.0.1:$port" -new -time "$SECS" "$proto" 2>&1 | awk '/connections in/ {print $1; exit}')
         after=$(cpu_ticks "$pid")
+        [ "${n:-0}" -gt 0 ] || { echo "$t $proto $key: no handshake completed (log: $(tail -3 "$tmp/$t-$port/log"))" >&2; exit 1; }
         kill "$pid"; wait "$pid" 2>/dev/null || true
         tick_us=$((1000000 / $(getconf CLK_TCK)))
         echo "$t $proto $key $r ${n:-0} $(( (after - before) * tick_us / ${n:-1} ))"
