@@ -157,14 +157,12 @@ impl StatusSource for App {
 
     fn healthy(&self) -> bool {
         // A router is healthy while its table is ready and current (it follows its
-        // broker, or the table is young), and it can serve one of the applications it
-        // routes (if it routes any): a router back from a lost link has found every gear
-        // down, and must not take its virtual address back before its checks find them
-        // up again.
+        // broker, or the table is young). Whether its gears answer is not asked: a
+        // router whose applications' gears are down still answers them (503), and
+        // keepalived's preempt delay covers a router back from a lost link whose checks
+        // have not found its gears up again (examples/router/README.md).
         if let Some(spi) = self.spi.get() {
-            let views = self.services.views();
-            return spi.healthy()
-                && (views.is_empty() || views.iter().any(|v| v.router.load().can_serve()));
+            return spi.healthy();
         }
         // A balancer of services alone is healthy while one of them can serve.
         self.router.load().can_serve()
