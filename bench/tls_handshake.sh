@@ -33,6 +33,22 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$t
 for k in rsa rsa4096 ec; do cat "$tmp/$k.pem" "$tmp/$k.key" > "$tmp/$k.combined"; done
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# Three free ports in a row (the proxy, status and TLS listeners), below the kernel's
+# ephemeral range, which connections and other tests' port-0 listeners draw from.
+free_ports() {
+  python3 - <<'PY'
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32000)
+    try:
+        for q in (p, p + 1, p + 2):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+    except OSError:
+        continue
+    print(p)
+    break
+PY
+}
 start() { # target key port
   local d="$tmp/$1-$3"
   mkdir -p "$d"
@@ -58,9 +74,11 @@ for proto in $PROTOS; do
       # Even rounds reverse the order.
       [ $((r % 2)) -eq 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
       for t in $order; do
-        port=$((30000 + RANDOM % 20000))
+        port=$(free_ports)
+        [ -n "$port" ] || { echo "no free ports for $t" >&2; exit 1; }
         pid=$(start "$t" "$key" "$port")
         for _ in $(seq 1 50); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+        [ -e "/proc/$pid/stat" ] || { echo "$t did not start on $port (log: $(tail -3 "$tmp/$t-$port/log"))" >&2; exit 1; }
         before=$(cpu_ticks "$pid")
         n=$(taskset -c 1 openssl s_time -connect "127.0.0.1:$port" -new -time "$SECS" "$proto" 2>&1 | awk '/connections in/ {print $1; exit}')
         after=$(cpu_ticks "$pid")

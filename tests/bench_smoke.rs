@@ -52,7 +52,6 @@ const HAPROXY: (&str, &str) = ("haproxy", "apt-get install haproxy");
 const CURL: (&str, &str) = ("curl", "apt-get install curl");
 const PYTHON: (&str, &str) = ("python3", "apt-get install python3");
 const VALGRIND: (&str, &str) = ("valgrind", "apt-get install valgrind");
-const OHA: (&str, &str) = ("oha", "cargo install --locked oha");
 const OPENSSL: (&str, &str) = ("openssl", "apt-get install openssl");
 const SLOWHTTPTEST: (&str, &str) = ("slowhttptest", "apt-get install slowhttptest");
 const IP: (&str, &str) = ("ip", "apt-get install iproute2");
@@ -73,7 +72,8 @@ fn argv(words: &[&str]) -> Vec<String> {
     words.iter().map(|w| w.to_string()).collect()
 }
 
-/// The PATH of a harness: oha may be where `cargo install` puts it.
+/// The PATH of a harness: oha may be where `cargo install` puts it (without it, the
+/// smoke modes take `bench/lib/oha_lite.py`).
 fn path() -> String {
     format!(
         "{}:{}",
@@ -151,14 +151,14 @@ fn pinned_harnesses_read_the_product() {
     lane(vec![
         Harness {
             what: "bench/run.sh (every scenario)",
-            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND, OHA],
+            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND],
             limit: 400,
             cmd: argv(&["bash", "bench/run.sh"]),
             env: vec![],
         },
         Harness {
             what: "bench/run.sh (the other targets; instructions over TLS, with bodies)",
-            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND, OHA, OPENSSL],
+            tools: &[WRK, NGINX, HAPROXY, CURL, PYTHON, VALGRIND, OPENSSL],
             limit: 300,
             cmd: argv(&["bash", "bench/run.sh"]),
             env: vec![
@@ -183,7 +183,7 @@ fn pinned_harnesses_read_the_product() {
         },
         Harness {
             what: "bench/tcp.sh",
-            tools: &[NGINX, HAPROXY, PYTHON, OHA],
+            tools: &[NGINX, HAPROXY, PYTHON],
             limit: 120,
             cmd: argv(&["bash", "bench/tcp.sh"]),
             env: vec![],
@@ -251,7 +251,7 @@ fn other_harnesses_read_the_product() {
         },
         Harness {
             what: "bench/router_apps.sh",
-            tools: &[VALGRIND, NGINX, PYTHON, CURL, OHA],
+            tools: &[VALGRIND, NGINX, PYTHON, CURL],
             limit: 240,
             cmd: argv(&["bash", "bench/router_apps.sh"]),
             env: vec![],

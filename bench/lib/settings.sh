@@ -71,6 +71,11 @@ HAPROXY_LAST_PORT=18093
 GEARLB_BIN=${GEARLB_BIN:-$REPO/target/release/gearlb}
 GEARLB_ALT_BIN=${GEARLB_ALT_BIN:-} # the binary of target gearlb-alt
 OHA_BIN=${OHA_BIN:-$(command -v oha || echo "$HOME/.cargo/bin/oha")}
+# A smoke run judges nothing: without oha it takes oha_lite.py (the command line and
+# JSON of oha the harness uses) rather than building oha for minutes.
+if [[ $SMOKE == 1 && ! -x $OHA_BIN ]]; then
+    OHA_BIN=$SCRIPT_DIR/lib/oha_lite.py
+fi
 OPENLOOP_BIN=${OPENLOOP_BIN:-$REPO/target/release/openloop} # bench/openloop, built by ensure_tools
 
 for v in DURATION WARMUP CONNECTIONS THREADS ROUNDS FIXED_DURATION FIXED_FRACTION \
