@@ -116,8 +116,10 @@ async fn a_broker_restarted_with_its_store_loses_nothing() {
     r.signal("TERM");
     assert_eq!(r.wait(Duration::from_secs(30)), Some(0));
     let down: Vec<String> = (0..5).map(|i| format!("down{i}.example.org")).collect();
+    // Published so that the broker has them before it stops (the plugin itself does not
+    // wait for the broker: its last event could still be on the wire).
     for h in &down {
-        src.send(alias("myapp", h));
+        src.send_ordered(alias("myapp", h));
     }
     src.broker.restart();
     let r = router(dir.path(), &cfg);
