@@ -24,6 +24,8 @@ Measured, in this order:
   convergence   time from the last set-peers until every balancer sees all M live;
   idle CPU      per balancer, % of one core, over --idle seconds of doing nothing
                 (utime + stime from /proc), and RSS;
+  idle gossip   per balancer, kbit/s of gossip frames sent (`peers`: gossip.bytes_sent)
+                over the same window, and of everything it wrote (/proc/<pid>/io);
   rotate-out    --rounds rotate-outs of different gears from different balancers, each
                 timed from the request to the reply (which comes once every live
                 balancer acknowledged), then rotated back in; acks and failures counted;
@@ -360,19 +362,59 @@ def main(argv=None):
     return 1 if problems else 0
 
 
+def gossip_bytes_sent(lb, args):
+    """Bytes of gossip frames this balancer has sent (`peers`: gossip.bytes_sent); None
+    for a release without the counter (--smoke requires it)."""
+    try:
+        v = field(lb.peers(), "gossip", "bytes_sent")
+    except Unreadable:
+        if args.smoke:
+            raise
+        return None
+    if not isinstance(v, int):
+        raise Unreadable(f"{lb.id}: peers.gossip.bytes_sent is {v!r}, not a count")
+    return v
+
+
+def written_bytes(pid):
+    """Bytes the process passed to write system calls (its gossip, logs, control replies)."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    return 0
+
+
 def measure_idle(lbs, args, result):
     time.sleep(2)
     before = [cpu_ticks(lb.proc.pid) for lb in lbs]
+    sent_before = [gossip_bytes_sent(lb, args) for lb in lbs]
+    wrote_before = [written_bytes(lb.proc.pid) for lb in lbs]
     t = time.time()
     time.sleep(args.idle)
+    wrote_after = [written_bytes(lb.proc.pid) for lb in lbs]
+    sent_after = [gossip_bytes_sent(lb, args) for lb in lbs]
     el = time.time() - t
     after = [cpu_ticks(lb.proc.pid) for lb in lbs]
     idle = [100.0 * (a - b) / TICK / el for a, b in zip(after, before)]
+    wrote = [8.0 * (a - b) / 1000.0 / el for a, b in zip(wrote_after, wrote_before)]
     result["idle_cpu_pct_mean"] = statistics.mean(idle)
     result["idle_cpu_pct_max"] = max(idle)
+    result["idle_written_kbit_s_mean"] = statistics.mean(wrote)
+    if None in sent_before or None in sent_after:
+        kbit = [float("nan")]
+        result["idle_gossip_kbit_s_mean"] = result["idle_gossip_kbit_s_max"] = None
+    else:
+        kbit = [8.0 * (a - b) / 1000.0 / el for a, b in zip(sent_after, sent_before)]
+        result["idle_gossip_kbit_s_mean"] = statistics.mean(kbit)
+        result["idle_gossip_kbit_s_max"] = max(kbit)
+    if args.smoke and min(kbit) <= 0:
+        raise Unreadable(f"gossip.bytes_sent did not grow over {el:.1f} s idle: {sent_before} -> {sent_after}")
     result["rss_kib_mean"] = statistics.mean(rss_kib(lb.proc.pid) for lb in lbs)
     print(
         f"  idle CPU per balancer: mean {result['idle_cpu_pct_mean']:.2f}% max {max(idle):.2f}% of a core; "
+        f"gossip sent {statistics.mean(kbit):.1f} kbit/s mean, {max(kbit):.1f} max "
+        f"(all writes {result['idle_written_kbit_s_mean']:.1f} kbit/s); "
         f"RSS {result['rss_kib_mean'] / 1024:.1f} MiB",
         flush=True,
     )

@@ -1502,6 +1502,8 @@ async fn metrics_pass_promtool_and_follow_the_scrapers_accept() {
         "gearlb_frontend_requests_total",
         "gearlb_backend_response_head_seconds_bucket",
         "gearlb_gossip_frames_sent_total",
+        "gearlb_gossip_bytes_sent_total",
+        "gearlb_gossip_bytes_received_total",
         "gearlb_rotations_total",
         "gearlb_rotation_duration_seconds_total",
         "gearlb_scaler_acting",

@@ -68,6 +68,18 @@ impl Collector for ClusterCollector {
                 "Authenticated gossip frames received.",
                 g.frames_received,
             )?;
+            counter(
+                e,
+                "gearlb_gossip_bytes_sent",
+                "Bytes of the gossip frames sent (after delta coding and sealing).",
+                g.bytes_sent,
+            )?;
+            counter(
+                e,
+                "gearlb_gossip_bytes_received",
+                "Bytes of the authenticated gossip frames received.",
+                g.bytes_received,
+            )?;
             family(
                 e,
                 "gearlb_gossip_frames_rejected",

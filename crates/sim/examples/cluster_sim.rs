@@ -390,6 +390,7 @@ async fn run(args: Args) -> serde_json::Value {
         let idle = idle_cpu_pct / 100.0 * t0.elapsed().as_secs_f64() * 1000.0 * m as f64;
         (spent - idle).max(0.0) / m as f64
     };
+    perf_ctl("enable");
     let (cpu1, t1) = (process_cpu(), Instant::now());
     let leaver = *sim.running().last().expect("a balancer");
     sim.stop(leaver).await;
@@ -409,6 +410,7 @@ async fn run(args: Args) -> serde_json::Value {
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let join_ms = change_cpu(cpu1, t1, sim.running().len());
+    perf_ctl("disable");
     println!("  join: CPU per balancer {join_ms:.2} ms");
     out["join_cpu_ms"] = serde_json::json!(join_ms);
     let after_join = subsets(&sim);
@@ -428,6 +430,17 @@ async fn run(args: Args) -> serde_json::Value {
     out["virtual_s"] = serde_json::json!(sim.t0.elapsed().as_secs_f64());
     sim.shutdown().await;
     out
+}
+
+/// Profile the membership changes only: with `CLUSTER_SIM_PERF_CTL` naming the control
+/// FIFO of `perf record -D -1 --control fifo:<it>`, `cmd` ("enable", "disable") is sent
+/// to perf.
+fn perf_ctl(cmd: &str) {
+    if let Some(path) = std::env::var_os("CLUSTER_SIM_PERF_CTL") {
+        if let Err(e) = std::fs::write(&path, format!("{cmd}\n")) {
+            eprintln!("perf control {path:?}: {e}");
+        }
+    }
 }
 
 fn main() {

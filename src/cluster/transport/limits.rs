@@ -61,6 +61,11 @@ pub struct GossipStats {
     pub rejected_replayed: AtomicU64,
     /// Frames received in wire v1 (from balancers of the release before).
     pub frames_received_v1: AtomicU64,
+    /// Bytes of the frames written to peers (length prefixes included; not the
+    /// upgrade requests, nor TCP's own headers).
+    pub bytes_sent: AtomicU64,
+    /// Bytes of the authenticated frames received.
+    pub bytes_received: AtomicU64,
 }
 
 /// A snapshot of [`GossipStats`].
@@ -81,6 +86,10 @@ pub struct GossipCounters {
     pub rejected_replayed: u64,
     #[serde(default)]
     pub frames_received_v1: u64,
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_received: u64,
 }
 
 impl GossipStats {
@@ -98,6 +107,8 @@ impl GossipStats {
             upgrades_accepted: r(&self.upgrades_accepted),
             rejected_replayed: r(&self.rejected_replayed),
             frames_received_v1: r(&self.frames_received_v1),
+            bytes_sent: r(&self.bytes_sent),
+            bytes_received: r(&self.bytes_received),
         }
     }
 }

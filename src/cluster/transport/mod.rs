@@ -40,6 +40,7 @@
 
 mod codec;
 mod datagram;
+mod delta;
 mod frame;
 mod inbound;
 mod limits;

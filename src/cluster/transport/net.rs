@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 
 use super::codec::{self, Codec};
 use super::datagram::DatagramOpener;
+use super::delta::{accepts, DELTA_HEADER, DELTA_SCHEME};
 use super::frame::*;
 use super::inbound::{negotiate, FrameReader, Gate, Inbound};
 use super::limits::*;
@@ -161,15 +162,23 @@ impl UpgradeEndpoint for GossipUpgrade {
 
     fn admit(&self, protocol: &'static str, headers: &http::HeaderMap) -> Option<Admission> {
         let proof = headers.get(AUTH_HEADER).map(|v| v.as_bytes());
-        let (answer, reader) = self.gate.check(protocol, proof)?;
-        let headers = answer
+        let delta = accepts(headers.get(DELTA_HEADER).map(|v| v.as_bytes()));
+        let checked = self.gate.check(protocol, proof, delta)?;
+        let mut headers: Vec<_> = checked
+            .answer
             .and_then(|a| http::HeaderValue::from_str(&a).ok())
             .map(|v| (self.credential_header().clone(), v))
             .into_iter()
             .collect();
+        if checked.delta {
+            headers.push((
+                http::HeaderName::from_static(DELTA_HEADER),
+                http::HeaderValue::from_static(DELTA_SCHEME),
+            ));
+        }
         Some(Admission {
             headers,
-            session: Box::new(reader),
+            session: Box::new(checked.reader),
         })
     }
 
@@ -467,6 +476,9 @@ async fn read_frames<S: AsyncRead + Unpin>(
         match reader.open(&mut buf, stats) {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .bytes_received
+                    .fetch_add(4 + len as u64, Ordering::Relaxed);
                 authenticated = true;
                 on_frame(from);
                 inbound.deliver(from, message);
@@ -523,6 +535,7 @@ async fn udp_recv_loop(
         match opened {
             Ok((from, message)) => {
                 stats.frames_received.fetch_add(1, Ordering::Relaxed);
+                stats.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
                 inbound.deliver(from, message);
             }
             Err(e) => count_rejection(stats, &e),

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::datagram::DatagramSealer;
+use super::delta::{accepts, DELTA_HEADER, DELTA_SCHEME};
 use super::frame::*;
 use super::limits::*;
 use super::session::{Sealer, UPGRADE_PROTOCOL_V2};
@@ -76,6 +77,9 @@ impl Outbound {
                 frames.push(w.auth.seal_from(&w.advertise, message));
             }
             for frame in frames {
+                stats
+                    .bytes_sent
+                    .fetch_add(frame.len() as u64, Ordering::Relaxed);
                 if let Err(e) = sock.send_to(&frame, to).await {
                     stats.send_failures.fetch_add(1, Ordering::Relaxed);
                     debug!(peer = %to, error = %e, "gossip send failed");
@@ -137,15 +141,17 @@ async fn tcp_connect(to: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(s)
 }
 
-/// Send an upgrade request for `protocol` with the proof `proof`; the response head.
+/// Send an upgrade request for `protocol` with the proof `proof` (and the header lines
+/// `extra`, each ending in CRLF); the response head.
 async fn upgrade(
     s: &mut TcpStream,
     to: SocketAddr,
     protocol: &str,
     proof: &str,
+    extra: &str,
 ) -> Result<String, ConnectError> {
     let request = format!(
-        "GET {UPGRADE_PATH} HTTP/1.1\r\nHost: {to}\r\nConnection: Upgrade\r\nUpgrade: {protocol}\r\n{AUTH_HEADER}: {proof}\r\nContent-Length: 0\r\n\r\n"
+        "GET {UPGRADE_PATH} HTTP/1.1\r\nHost: {to}\r\nConnection: Upgrade\r\nUpgrade: {protocol}\r\n{AUTH_HEADER}: {proof}\r\n{extra}Content-Length: 0\r\n\r\n"
     );
     let answer = async {
         s.write_all(request.as_bytes()).await?;
@@ -197,7 +203,17 @@ async fn connect_v2(to: SocketAddr, w: &Wire) -> Result<Conn, ConnectError> {
     let mut stream = tcp_connect(to).await?;
     let keys = w.auth.v2();
     let offer = keys.offer(unix_secs());
-    let head = upgrade(&mut stream, to, UPGRADE_PROTOCOL_V2, &offer.header).await?;
+    // Delta frames are offered; a balancer of the release before ignores the header
+    // and its answer does not carry it: frames are then sent whole.
+    let offer_delta = format!("{DELTA_HEADER}: {DELTA_SCHEME}\r\n");
+    let head = upgrade(
+        &mut stream,
+        to,
+        UPGRADE_PROTOCOL_V2,
+        &offer.header,
+        &offer_delta,
+    )
+    .await?;
     let sealer = header(&head, AUTH_HEADER)
         .and_then(|v| keys.confirm(&offer, v.as_bytes()))
         .ok_or_else(|| {
@@ -205,6 +221,11 @@ async fn connect_v2(to: SocketAddr, w: &Wire) -> Result<Conn, ConnectError> {
                 "gossip upgrade refused: the peer's answer does not prove the cluster secret",
             ))
         })?;
+    let sealer = if accepts(header(&head, DELTA_HEADER).map(str::as_bytes)) {
+        sealer.with_delta()
+    } else {
+        sealer
+    };
     Ok(Conn {
         stream,
         sealer: Some(sealer),
@@ -221,6 +242,7 @@ async fn connect_v1(to: SocketAddr, w: &Wire) -> Result<Conn, ConnectError> {
             to,
             UPGRADE_PROTOCOL,
             &w.auth.handshake(unix_secs()),
+            "",
         )
         .await?;
     }
@@ -289,6 +311,9 @@ pub(super) fn spawn_writer(to: SocketAddr, w: Wire) -> mpsc::Sender<Vec<u8>> {
                     None => w.auth.seal_prefixed(&w.advertise, &message),
                 };
                 // Length prefix and frame in one write: one system call per frame.
+                w.stats
+                    .bytes_sent
+                    .fetch_add(frame.len() as u64, Ordering::Relaxed);
                 if c.stream.write_all(&frame).await.is_err() {
                     w.stats.send_failures.fetch_add(1, Ordering::Relaxed);
                     conn = None;

@@ -30,6 +30,7 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce, Tag};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::delta::{DeltaDecoder, DeltaEncoder};
 use super::limits::{put_sender, take_sender, FrameError, HANDSHAKE_WINDOW_SECS, MAX_FRAME};
 
 /// The HTTP `Upgrade` token of gossip wire v2.
@@ -192,16 +193,43 @@ fn seq_nonce(seq: u64) -> Nonce {
 pub struct Sealer {
     cipher: ChaCha20Poly1305,
     seq: u64,
+    delta: Option<DeltaEncoder>,
 }
 
 impl Sealer {
     fn new(cipher: ChaCha20Poly1305) -> Self {
-        Sealer { cipher, seq: 0 }
+        Sealer {
+            cipher,
+            seq: 0,
+            delta: None,
+        }
+    }
+
+    /// From now on every message is delta-coded (see [`super::delta`]): the peer agreed.
+    pub fn with_delta(mut self) -> Self {
+        self.delta = Some(DeltaEncoder::default());
+        self
+    }
+
+    /// Whether messages are delta-coded on this connection.
+    pub fn delta(&self) -> bool {
+        self.delta.is_some()
     }
 
     /// The next frame carrying `message` from `sender` (written out), behind its
     /// `u32` big-endian length, ready to be written in one go.
     pub fn seal_prefixed(&mut self, sender: &str, message: &[u8]) -> Vec<u8> {
+        let coded;
+        let message = match self.delta.as_mut().map(|d| d.encode(message)) {
+            Some(Ok(z)) => {
+                coded = z;
+                &coded[..]
+            }
+            // zstd refuses only what no gossip message is (beyond its own limits): the
+            // frame then carries nothing the peer can open, and the connection closes.
+            Some(Err(_)) => &[][..],
+            None => message,
+        };
         let mut out = Vec::with_capacity(4 + 1 + sender.len() + message.len() + AEAD_TAG_LEN);
         out.extend_from_slice(&[0; 4]);
         put_sender(&mut out, sender, message);
@@ -223,16 +251,31 @@ impl Sealer {
 pub struct Opener {
     cipher: ChaCha20Poly1305,
     seq: u64,
+    delta: Option<DeltaDecoder>,
 }
 
 impl Opener {
     fn new(cipher: ChaCha20Poly1305) -> Self {
-        Opener { cipher, seq: 0 }
+        Opener {
+            cipher,
+            seq: 0,
+            delta: None,
+        }
+    }
+
+    /// Every message of this connection is delta-coded (see [`super::delta`]): agreed
+    /// at the upgrade.
+    pub fn with_delta(mut self) -> Self {
+        self.delta = Some(DeltaDecoder::default());
+        self
     }
 
     /// Open the next frame (without its length prefix) in place: the sender's address
     /// and the message. Any failure ends the connection (the sequence is then lost).
-    pub fn open<'a>(&mut self, frame: &'a mut [u8]) -> Result<(SocketAddr, &'a [u8]), FrameError> {
+    pub fn open<'a>(
+        &'a mut self,
+        frame: &'a mut [u8],
+    ) -> Result<(SocketAddr, &'a [u8]), FrameError> {
         if frame.len() > MAX_FRAME {
             return Err(FrameError::Oversized);
         }
@@ -245,7 +288,11 @@ impl Opener {
             .decrypt_in_place_detached(&nonce, AAD, body, Tag::from_slice(tag))
             .map_err(|_| FrameError::BadTag)?;
         self.seq += 1;
-        take_sender(body)
+        let (from, message) = take_sender(body)?;
+        match self.delta.as_mut() {
+            Some(d) => Ok((from, d.decode(message)?)),
+            None => Ok((from, message)),
+        }
     }
 }
 
