@@ -3,7 +3,7 @@
 //! Owns the loop that, whenever the live balancers, the backend set, the coverage or a
 //! peer's health report changes, recomputes every live balancer's subset
 //! (`routing::subset`), marks this balancer's gears in or out of its subset, sets the
-//! health of the others from the peers' reports ([`super::ClusterView::remote_health`]),
+//! health of the others from the peers' reports ([`super::ClusterView::remote_health_all`]),
 //! and publishes this balancer's own health report: its subset epoch (`hs`) and the
 //! gears of its subset found down, in bounded buckets (`hd:`, see [`super::keys`]).
 //! It also publishes this balancer's `load` once a second.
@@ -134,15 +134,11 @@ pub async fn run(
                     a
                 }
             };
-            let mine: HashSet<&str> = labels
-                .iter()
-                .copied()
-                .filter(|l| all.covers(cluster.self_id(), l))
-                .collect();
-            router.apply_cluster(
-                |label| mine.contains(label),
-                |label| view.remote_health(label, &epoch, |peer, l| all.covers(peer, l)),
-            );
+            // This balancer's k gears and the peers' coverage, each gathered once from
+            // the subsets: no walk of every gear per balancer.
+            let mine: HashSet<&str> = all.subset_of(cluster.self_id()).collect();
+            let remote = view.remote_health_all(&epoch, &all);
+            router.apply_cluster(|label| mine.contains(label), |label| remote.get(label));
             if last_subset != Some((mine.len(), live.len())) {
                 info!(
                     gears = mine.len(),

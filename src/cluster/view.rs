@@ -3,7 +3,7 @@
 //! claims), with a version per part ([`Versions`]) so that readers skip work when theirs
 //! did not change. [`super::model`] builds it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::keys::HealthReport;
 use super::transport::GossipCounters;
 use gearlb_core::rotation::register::{Ack, RotationOp};
+use gearlb_core::routing::subset::{Assignment, Covered};
 use gearlb_core::scaler::event::ScaleEvent;
 
 /// Load a balancer publishes.
@@ -163,6 +164,33 @@ impl ClusterView {
         seen
     }
 
+    /// [`remote_health`](Self::remote_health) of every gear at once, for the subsets
+    /// `all` this balancer computed in `epoch`: the gears covered by a peer of that
+    /// epoch are gathered once from those peers' subsets (O(M × k)), so each gear's
+    /// answer is a lookup, not a walk of the peers; only a gear some peer reports down
+    /// (rare) takes the walk.
+    pub fn remote_health_all<'a>(
+        &'a self,
+        epoch: &'a str,
+        all: &'a Assignment,
+    ) -> RemoteHealth<'a> {
+        let peers = self.reports.iter().filter(|(p, _)| **p != self.self_id);
+        let covering = peers
+            .clone()
+            .filter(|(_, r)| r.epoch.as_deref() == Some(epoch))
+            .map(|(p, _)| p.as_str());
+        let reported = peers
+            .flat_map(|(_, r)| r.down.iter().map(String::as_str))
+            .collect();
+        RemoteHealth {
+            view: self,
+            epoch,
+            all,
+            covered: all.covered_by(covering),
+            reported,
+        }
+    }
+
     /// Text for `gearlb ctl peers`.
     pub fn to_text(&self) -> String {
         if !self.enabled {
@@ -221,4 +249,29 @@ pub struct KeyEvent {
     pub node: ChitchatId,
     pub key: String,
     pub value: String,
+}
+
+/// Every gear's health from the peers' reports (see [`ClusterView::remote_health_all`]).
+pub struct RemoteHealth<'a> {
+    view: &'a ClusterView,
+    epoch: &'a str,
+    all: &'a Assignment,
+    /// Gears covered by a peer whose subsets are this balancer's (same epoch).
+    covered: Covered<'a>,
+    /// Gears some peer reports down.
+    reported: HashSet<&'a str>,
+}
+
+impl RemoteHealth<'_> {
+    /// What [`ClusterView::remote_health`] says of `label`.
+    pub fn get(&self, label: &str) -> Option<bool> {
+        if self.reported.contains(label) {
+            self.view
+                .remote_health(label, self.epoch, |p, g| self.all.covers(p, g))
+        } else if self.covered.contains(label) {
+            Some(true)
+        } else {
+            None
+        }
+    }
 }

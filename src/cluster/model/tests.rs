@@ -247,6 +247,19 @@ async fn newest_incarnation_wins_and_health_merges() {
         None,
         "nobody covers it"
     );
+    // All gears at once say what each says alone, for subsets really computed.
+    let all = gearlb_core::routing::subset::Assignment::new(
+        &[("a", 0), ("b", 0), ("c", 0)],
+        &["g1", "g2", "g3", "g4", "g5", "g6"],
+        40,
+    );
+    for epoch in ["e0", "e1", "e9"] {
+        let at_once = v.remote_health_all(epoch, &all);
+        for g in ["g1", "g2", "g3", "g4", "g5", "g6", "unknown"] {
+            let alone = v.remote_health(g, epoch, |p, l| all.covers(p, l));
+            assert_eq!(at_once.get(g), alone, "{g} in {epoch}");
+        }
+    }
     // In another epoch b's silence is no evidence; explicit reports still are.
     assert_eq!(v.remote_health("g1", "e9", covers), None);
     assert_eq!(v.remote_health("g3", "e9", covers), Some(false));

@@ -11,7 +11,9 @@
 //! previous message; a new connection starts from an empty one. UDP datagrams are
 //! never delta-coded.
 //!
-//! Compression happens before sealing (nothing is compressed after encryption, and
+//! What is coded is the frame's whole plaintext, the sender's address and the message
+//! (the address, the same in every frame, then costs nothing). Compression happens
+//! before sealing (nothing is compressed after encryption, and
 //! a peer's sizes say no more than before: the same messages, shorter). The
 //! decompressed size is bounded by [`MAX_FRAME`] before anything is allocated.
 

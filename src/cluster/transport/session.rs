@@ -219,20 +219,21 @@ impl Sealer {
     /// The next frame carrying `message` from `sender` (written out), behind its
     /// `u32` big-endian length, ready to be written in one go.
     pub fn seal_prefixed(&mut self, sender: &str, message: &[u8]) -> Vec<u8> {
-        let coded;
-        let message = match self.delta.as_mut().map(|d| d.encode(message)) {
-            Some(Ok(z)) => {
-                coded = z;
-                &coded[..]
-            }
-            // zstd refuses only what no gossip message is (beyond its own limits): the
-            // frame then carries nothing the peer can open, and the connection closes.
-            Some(Err(_)) => &[][..],
-            None => message,
-        };
         let mut out = Vec::with_capacity(4 + 1 + sender.len() + message.len() + AEAD_TAG_LEN);
         out.extend_from_slice(&[0; 4]);
-        put_sender(&mut out, sender, message);
+        match self.delta.as_mut() {
+            // The sender's address and the message, coded together: the address, the
+            // same in every frame of the connection, then costs nothing.
+            Some(d) => {
+                let mut plain = Vec::with_capacity(1 + sender.len() + message.len());
+                put_sender(&mut plain, sender, message);
+                // zstd refuses only what no gossip message is (beyond its own limits):
+                // the frame then carries nothing the peer can open; the connection
+                // closes and the next one starts afresh.
+                out.extend_from_slice(&d.encode(&plain).unwrap_or_default());
+            }
+            None => put_sender(&mut out, sender, message),
+        }
         let nonce = seq_nonce(self.seq);
         self.seq += 1;
         // Encryption fails only past ChaCha20's 256 GiB per message: a frame is ≤64 KiB.
@@ -288,10 +289,9 @@ impl Opener {
             .decrypt_in_place_detached(&nonce, AAD, body, Tag::from_slice(tag))
             .map_err(|_| FrameError::BadTag)?;
         self.seq += 1;
-        let (from, message) = take_sender(body)?;
         match self.delta.as_mut() {
-            Some(d) => Ok((from, d.decode(message)?)),
-            None => Ok((from, message)),
+            Some(d) => take_sender(d.decode(body)?),
+            None => take_sender(body),
         }
     }
 }

@@ -116,6 +116,8 @@ pub struct Assignment {
     balancers: std::collections::HashMap<String, usize>,
     /// Gear → its index.
     gears: std::collections::HashMap<String, usize>,
+    /// Index → gear (sorted).
+    gear_names: Vec<String>,
     /// Per balancer, the indices of its gears, sorted.
     sets: Vec<Vec<u32>>,
     k: usize,
@@ -149,6 +151,7 @@ impl Assignment {
                 .enumerate()
                 .map(|(i, g)| (g.to_string(), i))
                 .collect(),
+            gear_names: gs.iter().map(|g| g.to_string()).collect(),
             sets,
             k,
         }
@@ -165,6 +168,42 @@ impl Assignment {
     /// Gears per balancer.
     pub fn subset_size(&self) -> usize {
         self.k
+    }
+
+    /// The gears `balancer` covers (none for a balancer not in the assignment): its k
+    /// gears, without walking the N others.
+    pub fn subset_of(&self, balancer: &str) -> impl Iterator<Item = &str> {
+        let set = self.balancers.get(balancer).map(|&b| &self.sets[b]);
+        set.into_iter()
+            .flatten()
+            .map(|&g| self.gear_names[g as usize].as_str())
+    }
+
+    /// The gears covered by at least one of `balancers`: a set built from their
+    /// subsets (O(k) per balancer), asked per gear in O(1) with [`Covered::contains`].
+    pub fn covered_by<'a>(&self, balancers: impl IntoIterator<Item = &'a str>) -> Covered<'_> {
+        let mut bits = vec![false; self.gear_names.len()];
+        for b in balancers {
+            if let Some(&i) = self.balancers.get(b) {
+                for &g in &self.sets[i] {
+                    bits[g as usize] = true;
+                }
+            }
+        }
+        Covered { all: self, bits }
+    }
+}
+
+/// Gears covered by a set of balancers (see [`Assignment::covered_by`]).
+pub struct Covered<'a> {
+    all: &'a Assignment,
+    bits: Vec<bool>,
+}
+
+impl Covered<'_> {
+    /// Whether one of the balancers covers `gear`.
+    pub fn contains(&self, gear: &str) -> bool {
+        self.all.gears.get(gear).is_some_and(|&g| self.bits[g])
     }
 }
 

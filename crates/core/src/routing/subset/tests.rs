@@ -22,8 +22,20 @@ fn check(m: usize, n: usize, percent: u32) {
         .iter()
         .map(|g| bs.iter().filter(|b| all.covers(b, g)).count())
         .collect();
+    // subset_of and covered_by answer exactly what covers does, without the walk.
+    assert_eq!(all.subset_of("stranger").count(), 0);
+    let some: Vec<&str> = bs.iter().copied().step_by(2).chain(["stranger"]).collect();
+    let covered = all.covered_by(some.iter().copied());
+    for g in &gears {
+        let want = some.iter().any(|b| all.covers(b, g));
+        assert_eq!(covered.contains(g), want, "m={m} n={n} c={percent}: {g}");
+    }
+    assert!(!covered.contains("no-such-gear"));
     for b in &bs {
         let s = subset(b);
+        let listed: BTreeSet<&str> = all.subset_of(b).collect();
+        assert_eq!(listed, s, "m={m} n={n} c={percent}: subset_of({b})");
+        assert_eq!(all.subset_of(b).count(), k, "no gear listed twice");
         assert_eq!(s.len(), k, "m={m} n={n} c={percent}: subset size");
         if n >= 2 {
             assert!(s.len() >= 2);
