@@ -1,6 +1,8 @@
 //! Delta frames: on a wire v2 connection whose two ends agreed to it at the upgrade
 //! ([`DELTA_HEADER`]), every message is compressed with zstd against the message
-//! before it on the same connection, used as a raw prefix ("dictionary" of one use).
+//! before it on the same connection, loaded as a raw-content dictionary (it never
+//! starts with zstd's dictionary magic number: a plaintext starts with the sender
+//! address's length, then its text).
 //!
 //! Idle gossip is the same digest over and over: every `Syn` and `SynAck` carries
 //! every balancer's id, incarnation, address, heartbeat and versions, of which only
@@ -13,18 +15,47 @@
 //!
 //! What is coded is the frame's whole plaintext, the sender's address and the message
 //! (the address, the same in every frame, then costs nothing). Compression happens
-//! before sealing (nothing is compressed after encryption, and
-//! a peer's sizes say no more than before: the same messages, shorter). The
+//! before sealing (nothing is compressed after encryption, and a peer's sizes say no
+//! more than before: the same messages, shorter). The
 //! decompressed size is bounded by [`MAX_FRAME`] before anything is allocated.
+
+use std::cell::RefCell;
 
 use super::limits::{FrameError, MAX_FRAME};
 
 /// The request and response header by which both ends agree to delta frames.
 pub const DELTA_HEADER: &str = "gearlb-gossip-delta";
-/// The one delta scheme spoken (zstd against the previous message, raw prefix).
+/// The one delta scheme spoken (zstd against the previous message, raw dictionary).
 pub const DELTA_SCHEME: &str = "zstd1";
-/// zstd's level: the messages are small, the prefix does most of the work.
-const LEVEL: i32 = 3;
+/// The largest message coded. Idle gossip (a digest of every balancer, a few kB even
+/// at M = 100) is coded; the bulk of a cold start or a partition's heal (deltas of up
+/// to a datagram's 64 kB) travels as it is: coding it against a dictionary as large
+/// cost more CPU than a cold start on a small host could spare, for bytes that are
+/// sent once.
+pub const MAX_CODED: usize = 16 * 1024;
+/// The first byte of a delta frame's plaintext: coded, or sent as it is.
+const CODED: u8 = 1;
+const RAW: u8 = 0;
+/// zstd's level: the messages are small, the previous one does most of the work (level
+/// 3 codes an idle digest of 100 balancers no smaller, and slower).
+const LEVEL: i32 = 1;
+
+thread_local! {
+    // One compression and one decompression context per thread, reused for every
+    // message of every connection: creating a context costs more than coding a digest
+    // (about 20 µs against 9), and a context per connection would hold a few hundred
+    // kB each. Each message loads its connection's previous message as the dictionary.
+    static CCTX: RefCell<Option<zstd_safe::CCtx<'static>>> = const { RefCell::new(None) };
+    static DCTX: RefCell<Option<zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+fn new_cctx() -> zstd_safe::CCtx<'static> {
+    let mut cctx = zstd_safe::CCtx::create();
+    // Setting a level and a flag within their ranges cannot fail.
+    let _ = cctx.set_parameter(zstd_safe::CParameter::CompressionLevel(LEVEL));
+    let _ = cctx.set_parameter(zstd_safe::CParameter::ContentSizeFlag(true));
+    cctx
+}
 
 /// Whether a request or response header value asks for [`DELTA_SCHEME`].
 pub fn accepts(value: Option<&[u8]>) -> bool {
@@ -41,17 +72,24 @@ pub struct DeltaEncoder {
 }
 
 impl DeltaEncoder {
-    /// `message` compressed against the previous one (which it then becomes).
+    /// `message` compressed against the previous coded one (which it then becomes),
+    /// or, past [`MAX_CODED`] bytes, as it is.
     pub fn encode(&mut self, message: &[u8]) -> Result<Vec<u8>, FrameError> {
-        let mut out = Vec::with_capacity(zstd_safe::compress_bound(message.len()));
-        {
-            let mut cctx = zstd_safe::CCtx::create();
-            cctx.set_parameter(zstd_safe::CParameter::CompressionLevel(LEVEL))
-                .and_then(|_| cctx.set_parameter(zstd_safe::CParameter::ContentSizeFlag(true)))
-                .and_then(|_| cctx.ref_prefix(&self.prev))
-                .and_then(|_| cctx.compress2(&mut out, message))
-                .map_err(|_| FrameError::Malformed)?;
+        if message.len() > MAX_CODED {
+            let mut out = Vec::with_capacity(1 + message.len());
+            out.push(RAW);
+            out.extend_from_slice(message);
+            return Ok(out);
         }
+        // zstd writes from the start of the vector: the tag goes in front after.
+        let mut out = Vec::with_capacity(1 + zstd_safe::compress_bound(message.len()));
+        CCTX.with_borrow_mut(|cctx| {
+            let cctx = cctx.get_or_insert_with(new_cctx);
+            cctx.load_dictionary(&self.prev)
+                .and_then(|_| cctx.compress2(&mut out, message))
+                .map_err(|_| FrameError::Malformed)
+        })?;
+        out.insert(0, CODED);
         self.prev.clear();
         self.prev.extend_from_slice(message);
         Ok(out)
@@ -65,23 +103,29 @@ pub struct DeltaDecoder {
 }
 
 impl DeltaDecoder {
-    /// The message compressed in `data` (which it then becomes the prefix of the next).
-    /// Anything that is not one zstd frame of at most [`MAX_FRAME`] bytes against the
-    /// previous message is refused: the connection is then closed, as for any frame
-    /// that fails.
-    pub fn decode(&mut self, data: &[u8]) -> Result<&[u8], FrameError> {
+    /// The message in `data`: restored from the previous coded one (which it then
+    /// becomes), or sent as it is. Anything else — not one zstd frame of at most
+    /// [`MAX_FRAME`] bytes against the previous message, an unknown tag — is refused:
+    /// the connection is then closed, as for any frame that fails.
+    pub fn decode<'a>(&'a mut self, data: &'a [u8]) -> Result<&'a [u8], FrameError> {
+        let (tag, data) = data.split_first().ok_or(FrameError::Malformed)?;
+        match *tag {
+            RAW => return Ok(data),
+            CODED => {}
+            _ => return Err(FrameError::Malformed),
+        }
         let size = match zstd_safe::get_frame_content_size(data) {
             Ok(Some(n)) if n <= MAX_FRAME as u64 => n as usize,
             Ok(Some(_)) => return Err(FrameError::Oversized),
             _ => return Err(FrameError::Malformed),
         };
         let mut out = Vec::with_capacity(size);
-        {
-            let mut dctx = zstd_safe::DCtx::create();
-            dctx.ref_prefix(&self.prev)
+        DCTX.with_borrow_mut(|dctx| {
+            let dctx = dctx.get_or_insert_with(zstd_safe::DCtx::create);
+            dctx.load_dictionary(&self.prev)
                 .and_then(|_| dctx.decompress(&mut out, data))
-                .map_err(|_| FrameError::Malformed)?;
-        }
+                .map_err(|_| FrameError::Malformed)
+        })?;
         if out.len() != size {
             return Err(FrameError::Malformed);
         }
@@ -153,16 +197,44 @@ mod tests {
             assert!(dec.decode(bad).is_err(), "{bad:?}");
         }
         // A frame that claims more than MAX_FRAME is refused before any allocation.
-        let mut big = DeltaEncoder::default();
-        let huge = big.encode(&vec![0u8; MAX_FRAME + 1]).unwrap();
+        let zeros = vec![0u8; MAX_FRAME + 1];
+        let mut z = Vec::with_capacity(zstd_safe::compress_bound(zeros.len()));
+        zstd_safe::compress(&mut z, &zeros, 1).unwrap();
+        let mut huge = vec![CODED];
+        huge.extend(z);
         assert_eq!(
             DeltaDecoder::default().decode(&huge),
             Err(FrameError::Oversized)
         );
+        for tag in [2u8, 255] {
+            let mut other = z1.clone();
+            other[0] = tag;
+            assert_eq!(dec.decode(&other), Err(FrameError::Malformed));
+        }
         // After refusals the decoder still opens the stream from its start.
         let mut dec = DeltaDecoder::default();
         assert_eq!(dec.decode(&z1).unwrap(), digest(1).as_slice());
         assert_eq!(dec.decode(&z2).unwrap(), digest(2).as_slice());
+    }
+
+    #[test]
+    fn a_large_message_travels_as_it_is_and_the_next_codes_against_the_last_coded() {
+        let (mut enc, mut dec) = (DeltaEncoder::default(), DeltaDecoder::default());
+        let big: Vec<u8> = (0..MAX_CODED + 1).map(|i| (i * 7 % 251) as u8).collect();
+        for m in [digest(1), big.clone(), digest(2), big, digest(3)] {
+            let z = enc.encode(&m).unwrap();
+            if m.len() > MAX_CODED {
+                assert_eq!((z[0], &z[1..]), (RAW, m.as_slice()));
+            } else {
+                assert_eq!(z[0], CODED);
+            }
+            assert_eq!(dec.decode(&z).unwrap(), m.as_slice());
+        }
+        // digest(3) was coded against digest(2), not against the large message.
+        let mut fresh = DeltaEncoder::default();
+        fresh.encode(&digest(2)).unwrap();
+        let against_2 = fresh.encode(&digest(3)).unwrap();
+        assert!(against_2.len() * 5 < digest(3).len(), "{}", against_2.len());
     }
 
     #[test]
