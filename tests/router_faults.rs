@@ -7,6 +7,8 @@
 mod support;
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,38 @@ fn applied_ids(log: &str) -> Vec<String> {
 
 /// The `[cluster]` of router `id` (gossip over UDP on a port of its own), knowing
 /// `peers` (quoted addresses, comma-separated).
+/// A gear answering `body`, whose health check (`GET /`) fails while the flag is set.
+async fn gear_checks_can_fail(body: &'static str) -> (Arc<AtomicBool>, Scripted) {
+    let sick = Arc::new(AtomicBool::new(false));
+    let s2 = sick.clone();
+    let ok = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let gear = Scripted::start(move |seen| {
+        if seen.head.starts_with("GET / ") && s2.load(Ordering::Relaxed) {
+            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
+        } else {
+            Reply::after(ok.as_bytes())
+        }
+    })
+    .await;
+    (sick, gear)
+}
+
+/// Two routers of one cluster on `src`: r1 checks its gears every 200 ms and takes one
+/// out at the first failure, r2 only after three failures a minute apart.
+fn fast_and_slow_checkers(src: &Source, d1: &Path, d2: &Path) -> (Gearlb, Gearlb) {
+    let fast = config(d1, src, "r1", false, &routers_cluster("r1", ""))
+        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
+    let r1 = router(d1, &fast);
+    let peers = format!("\"{}\"", r1.gossip.unwrap());
+    let slow = config(d2, src, "r2", false, &routers_cluster("r2", &peers))
+        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
+    let r2 = router(d2, &slow);
+    (r1, r2)
+}
+
 fn routers_cluster(id: &str, peers: &str) -> String {
     format!(
         "[cluster]\nnode_id = \"{id}\"\nid = \"routers\"\ntransport = \"udp\"\n\
@@ -548,29 +582,11 @@ async fn served_applications_head_gears_are_kept_seen() {
 /// traffic through the peer stops reaching it within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gear_a_peer_router_found_down_is_taken_out_here() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let good = TestBackend::start("good").await;
-    let sick = Arc::new(AtomicBool::new(false));
-    let s2 = sick.clone();
-    let bad = Scripted::start(move |seen| {
-        let check = seen.head.starts_with("GET / ");
-        if check && s2.load(Ordering::Relaxed) {
-            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
-        } else {
-            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad"[..])
-        }
-    })
-    .await;
+    let (sick, bad) = gear_checks_can_fail("bad").await;
     let mut src = Source::start(TOPIC);
-    let d1 = workdir();
-    let fast = config(d1.path(), &src, "r1", false, &routers_cluster("r1", ""))
-        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
-    let r1 = router(d1.path(), &fast);
-    let d2 = workdir();
-    let peers = format!("\"{}\"", r1.gossip.unwrap());
-    let slow = config(d2.path(), &src, "r2", false, &routers_cluster("r2", &peers))
-        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
-    let r2 = router(d2.path(), &slow);
+    let (d1, d2) = (workdir(), workdir());
+    let (r1, r2) = fast_and_slow_checkers(&src, d1.path(), d2.path());
     src.send(create("myapp"));
     src.send(endpoint("myapp", "good", good.addr));
     src.send(endpoint("myapp", "bad", bad.addr));
@@ -628,28 +644,10 @@ async fn a_gear_a_peer_router_found_down_is_taken_out_here() {
 /// r2's (a minute apart) have not looked again: r2 keeps it, and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_routers_word_never_takes_an_applications_last_gear_out() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let sick = Arc::new(AtomicBool::new(false));
-    let s2 = sick.clone();
-    let only = Scripted::start(move |seen| {
-        let check = seen.head.starts_with("GET / ");
-        if check && s2.load(Ordering::Relaxed) {
-            Reply::after(&b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"[..])
-        } else {
-            Reply::after(&b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonly"[..])
-        }
-    })
-    .await;
+    let (sick, only) = gear_checks_can_fail("only").await;
     let mut src = Source::start(TOPIC);
-    let d1 = workdir();
-    let fast = config(d1.path(), &src, "r1", false, &routers_cluster("r1", ""))
-        .replace("interval = \"300ms\"\n", "interval = \"200ms\"\nfall = 1\n");
-    let r1 = router(d1.path(), &fast);
-    let d2 = workdir();
-    let peers = format!("\"{}\"", r1.gossip.unwrap());
-    let slow = config(d2.path(), &src, "r2", false, &routers_cluster("r2", &peers))
-        .replace("interval = \"300ms\"\n", "interval = \"60s\"\nfall = 3\n");
-    let r2 = router(d2.path(), &slow);
+    let (d1, d2) = (workdir(), workdir());
+    let (r1, r2) = fast_and_slow_checkers(&src, d1.path(), d2.path());
     src.send(create("solo"));
     src.send(endpoint("solo", "only", only.addr));
     for r in [&r1, &r2] {

@@ -27,12 +27,15 @@ use super::limits::{FrameError, MAX_FRAME};
 pub const DELTA_HEADER: &str = "gearlb-gossip-delta";
 /// The one delta scheme spoken (zstd against the previous message, raw dictionary).
 pub const DELTA_SCHEME: &str = "zstd1";
-/// The largest message coded. Idle gossip (a digest of every balancer, a few kB even
-/// at M = 100) is coded; the bulk of a cold start or a partition's heal (deltas of up
-/// to a datagram's 64 kB) travels as it is: coding it against a dictionary as large
-/// cost more CPU than a cold start on a small host could spare, for bytes that are
-/// sent once.
-pub const MAX_CODED: usize = 16 * 1024;
+/// The largest message coded. Coding costs CPU in proportion to the message and to
+/// its dictionary (the previous message, hashed anew for each one): about 20 µs for a
+/// digest of 100 balancers (8 kB), about 0.15% of a core per balancer at M = 100,
+/// which on a 2-core host running 100 balancers was enough to keep a cold start of
+/// all of them at once from converging (it converged in 21 s without). Up to 4 kB —
+/// a digest of up to about 45 balancers, the idle gossip of every cluster up to that
+/// size — messages are coded, and cost a few µs; larger ones, and the bulk of a cold
+/// start (deltas of up to a datagram's 64 kB), travel as they are.
+pub const MAX_CODED: usize = 4 * 1024;
 /// The first byte of a delta frame's plaintext: coded, or sent as it is.
 const CODED: u8 = 1;
 const RAW: u8 = 0;
