@@ -22,14 +22,13 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{ip, require_root, workdir, Gearlb};
+use support::{in_netns, ip, require_root, workdir, Gearlb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "ns";
@@ -136,22 +135,6 @@ impl Drop for Nodes {
         let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
         let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
     }
-}
-
-/// Run `f` on a thread that entered namespace `ns`: the sockets it makes live there.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        rustix::thread::move_into_link_name_space(
-            fd.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .expect("setns into the test's namespace");
-        f()
-    })
-    .join()
-    .unwrap()
 }
 
 fn bind_in(ns: &str, addr: &str) -> tokio::net::TcpListener {

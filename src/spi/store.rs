@@ -180,7 +180,6 @@ impl TableStore {
 
 #[cfg(test)]
 mod tests {
-    use super::replay;
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 

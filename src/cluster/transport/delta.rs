@@ -76,26 +76,28 @@ pub struct DeltaEncoder {
 
 impl DeltaEncoder {
     /// `message` compressed against the previous coded one (which it then becomes),
-    /// or, past [`MAX_CODED`] bytes, as it is.
-    pub fn encode(&mut self, message: &[u8]) -> Result<Vec<u8>, FrameError> {
-        if message.len() > MAX_CODED {
-            let mut out = Vec::with_capacity(1 + message.len());
-            out.push(RAW);
-            out.extend_from_slice(message);
-            return Ok(out);
+    /// or, past [`MAX_CODED`] bytes (or should zstd refuse it), as it is.
+    pub fn encode(&mut self, message: &[u8]) -> Vec<u8> {
+        if message.len() <= MAX_CODED {
+            // zstd writes from the start of the vector: the tag goes in front after.
+            let mut out = Vec::with_capacity(1 + zstd_safe::compress_bound(message.len()));
+            let coded = CCTX.with_borrow_mut(|cctx| {
+                let cctx = cctx.get_or_insert_with(new_cctx);
+                cctx.load_dictionary(&self.prev)
+                    .and_then(|_| cctx.compress2(&mut out, message))
+                    .is_ok()
+            });
+            if coded {
+                out.insert(0, CODED);
+                self.prev.clear();
+                self.prev.extend_from_slice(message);
+                return out;
+            }
         }
-        // zstd writes from the start of the vector: the tag goes in front after.
-        let mut out = Vec::with_capacity(1 + zstd_safe::compress_bound(message.len()));
-        CCTX.with_borrow_mut(|cctx| {
-            let cctx = cctx.get_or_insert_with(new_cctx);
-            cctx.load_dictionary(&self.prev)
-                .and_then(|_| cctx.compress2(&mut out, message))
-                .map_err(|_| FrameError::Malformed)
-        })?;
-        out.insert(0, CODED);
-        self.prev.clear();
-        self.prev.extend_from_slice(message);
-        Ok(out)
+        let mut out = Vec::with_capacity(1 + message.len());
+        out.push(RAW);
+        out.extend_from_slice(message);
+        out
     }
 }
 
@@ -161,13 +163,13 @@ mod tests {
         let mut sizes = Vec::new();
         for round in 0..10 {
             let m = digest(round);
-            let z = enc.encode(&m).unwrap();
+            let z = enc.encode(&m);
             sizes.push((m.len(), z.len()));
             assert_eq!(dec.decode(&z).unwrap(), m.as_slice(), "round {round}");
         }
         // A note between two digests, and an empty message, keep both ends in step.
         for m in [b"GLBN{\"note\":\"ack\"}".to_vec(), Vec::new(), digest(11)] {
-            let z = enc.encode(&m).unwrap();
+            let z = enc.encode(&m);
             assert_eq!(dec.decode(&z).unwrap(), m.as_slice());
         }
         let (plain, first) = sizes[0];
@@ -182,8 +184,8 @@ mod tests {
     #[test]
     fn a_decoder_out_of_step_or_garbage_is_refused_never_a_panic() {
         let mut enc = DeltaEncoder::default();
-        let z1 = enc.encode(&digest(1)).unwrap();
-        let z2 = enc.encode(&digest(2)).unwrap();
+        let z1 = enc.encode(&digest(1));
+        let z2 = enc.encode(&digest(2));
         // Skipping a message: the prefix differs, the content is wrong or refused.
         let mut dec = DeltaDecoder::default();
         match dec.decode(&z2) {
@@ -225,7 +227,7 @@ mod tests {
         let (mut enc, mut dec) = (DeltaEncoder::default(), DeltaDecoder::default());
         let big: Vec<u8> = (0..MAX_CODED + 1).map(|i| (i * 7 % 251) as u8).collect();
         for m in [digest(1), big.clone(), digest(2), big, digest(3)] {
-            let z = enc.encode(&m).unwrap();
+            let z = enc.encode(&m);
             if m.len() > MAX_CODED {
                 assert_eq!((z[0], &z[1..]), (RAW, m.as_slice()));
             } else {
@@ -235,8 +237,8 @@ mod tests {
         }
         // digest(3) was coded against digest(2), not against the large message.
         let mut fresh = DeltaEncoder::default();
-        fresh.encode(&digest(2)).unwrap();
-        let against_2 = fresh.encode(&digest(3)).unwrap();
+        fresh.encode(&digest(2));
+        let against_2 = fresh.encode(&digest(3));
         assert!(against_2.len() * 5 < digest(3).len(), "{}", against_2.len());
     }
 

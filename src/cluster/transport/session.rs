@@ -211,11 +211,6 @@ impl Sealer {
         self
     }
 
-    /// Whether messages are delta-coded on this connection.
-    pub fn delta(&self) -> bool {
-        self.delta.is_some()
-    }
-
     /// The next frame carrying `message` from `sender` (written out), behind its
     /// `u32` big-endian length, ready to be written in one go.
     pub fn seal_prefixed(&mut self, sender: &str, message: &[u8]) -> Vec<u8> {
@@ -227,10 +222,7 @@ impl Sealer {
             Some(d) => {
                 let mut plain = Vec::with_capacity(1 + sender.len() + message.len());
                 put_sender(&mut plain, sender, message);
-                // zstd refuses only what no gossip message is (beyond its own limits):
-                // the frame then carries nothing the peer can open; the connection
-                // closes and the next one starts afresh.
-                out.extend_from_slice(&d.encode(&plain).unwrap_or_default());
+                out.extend_from_slice(&d.encode(&plain));
             }
             None => put_sender(&mut out, sender, message),
         }
