@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::{keys, Cluster, Load};
-use crate::routing::{subset, Router};
+use crate::routing::{subset, Backend, Router};
 use crate::stats::FrontendStats;
 
 /// The shortest time between two recomputations of the subsets.
@@ -53,6 +53,10 @@ pub fn next_settle(current: Duration, since: Duration) -> Duration {
 /// (the version of) the peers' health reports.
 type Inputs = (u64, u64, u32, u64);
 
+/// The members (`id@started`), coverage and backends an epoch was computed from, and
+/// the epoch.
+type EpochInputs = (Vec<String>, u32, Vec<Arc<Backend>>, String);
+
 /// Run until `stop`.
 pub async fn run(
     cluster: Arc<Cluster>,
@@ -78,6 +82,8 @@ pub async fn run(
     // computed from): a change of the peers' reports or of the table's health and
     // rotation states reuses them.
     let mut assigned: Option<(String, Arc<subset::Assignment>)> = None;
+    // The epoch last computed, with what it was computed from (see below).
+    let mut epoch_of: Option<EpochInputs> = None;
     let mut settle = SETTLE;
     let mut assigned_at: Option<tokio::time::Instant> = None;
     loop {
@@ -120,8 +126,27 @@ pub async fn run(
                 .map(|id| (*id, view.started.get(*id).copied().unwrap_or(0)))
                 .collect();
             let named: Vec<String> = members.iter().map(|(id, g)| format!("{id}@{g}")).collect();
-            let named: Vec<&str> = named.iter().map(String::as_str).collect();
-            let epoch = keys::subset_epoch(&named, &labels, cov);
+            // The epoch hashes every gear, sorted: most turns (a peer's report, a
+            // health change) keep the same balancers, coverage and backends (the same
+            // `Arc`s, held here so none is reused), and reuse it.
+            let same = epoch_of.as_ref().is_some_and(|(n, c, b, _)| {
+                *n == named
+                    && *c == cov
+                    && b.len() == table.entries().len()
+                    && b.iter()
+                        .zip(table.entries())
+                        .all(|(x, e)| Arc::ptr_eq(x, &e.backend))
+            });
+            if !same {
+                let names: Vec<&str> = named.iter().map(String::as_str).collect();
+                let epoch = keys::subset_epoch(&names, &labels, cov);
+                let backends = table.entries().iter().map(|e| e.backend.clone()).collect();
+                epoch_of = Some((named, cov, backends, epoch));
+            }
+            let epoch = epoch_of
+                .as_ref()
+                .map(|(.., e)| e.clone())
+                .unwrap_or_default();
             let all = match &assigned {
                 Some((e, a)) if *e == epoch => a.clone(),
                 _ => {
