@@ -588,3 +588,51 @@ async fn open_websockets_alone_are_load_for_the_scaler() {
     assert_eq!(broker.events()[0].0, "scale-up");
     assert_eq!(lb.status_json()["frontend"]["requests_current"], 0);
 }
+
+/// A balancer started alone acts as the scaler of the cluster it knows: itself. The
+/// moment `set-peers` tells it of two others it has not heard from, it no longer has a
+/// majority: it stands down before the call returns (the platform sends set-peers to
+/// every balancer of a new cluster at once, and another may already count it), says so,
+/// and stays down until a majority of the new membership is heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_peers_that_take_away_the_majority_stand_the_scaler_down_before_returning() {
+    let dir = workdir();
+    let cfg = cluster_config(dir.path(), "lb1", SECRET, "");
+    let lb = Gearlb::start(dir.path(), &cfg);
+    let alone = eventually(Duration::from_secs(10), || scaler_of(&lb).1).await;
+    assert!(alone, "alone, it acts: {:?}", scaler_of(&lb));
+    // Two peers nobody answers for (closed ports on loopback).
+    let silent: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<_> = silent.iter().map(|l| l.local_addr().unwrap()).collect();
+    drop(silent);
+    let me = lb.gossip.unwrap();
+    let list = format!(
+        "'lb1'='lb1|{me}' 'lb2'='lb2|{}' 'lb3'='lb3|{}'",
+        addrs[0], addrs[1]
+    );
+    let (code, _, err) = lb.ctl(&["set-peers", &list]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !scaler_of(&lb).1,
+        "still acting right after set-peers returned"
+    );
+    assert!(
+        lb.log_text()
+            .contains("the known balancers were replaced (set-peers)"),
+        "the stand-down is logged with its reason"
+    );
+    // It stays down: 1 of 3 is no majority (sampled over two of its fence turns' worth
+    // of seconds; any sample acting fails).
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        assert!(!scaler_of(&lb).1, "acted again with 1 of 3 heard");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Alone again, it takes the role back.
+    let (code, _, err) = lb.ctl(&["set-peers", &format!("'lb1'='lb1|{me}'")]);
+    assert_eq!(code, 0, "{err}");
+    let back = eventually(Duration::from_secs(10), || scaler_of(&lb).1).await;
+    assert!(back, "alone again, it acts again");
+}

@@ -167,6 +167,7 @@ impl App {
         cluster.set_known(peers.clone());
         if before != peers {
             info!(peers = peers.len(), "known peer balancers replaced");
+            self.scaler.membership_replaced();
         }
         let mut message = format!("{} peer balancer(s) known", peers.len());
         let mut exit_code = 0;

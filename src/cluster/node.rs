@@ -236,6 +236,17 @@ impl Cluster {
         self.known.lock().map(|k| k.clone()).unwrap_or_default()
     }
 
+    /// How many balancers the known membership counts, this one included, as of now
+    /// (the view's `known_count` follows a moment later): what a majority is of.
+    pub fn known_count_now(&self) -> usize {
+        self.known.lock().map_or(1, |k| {
+            k.iter()
+                .filter(|p| p.id.as_deref() != Some(self.self_id.as_str()))
+                .count()
+                + 1
+        })
+    }
+
     /// Notified when the known membership learnt an address-only peer's id.
     pub fn subscribe_learned(&self) -> watch::Receiver<u64> {
         self.learned.subscribe()

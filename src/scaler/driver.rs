@@ -100,6 +100,9 @@ pub struct Scaler {
     /// (0: not acting). A report read while the loop is not running (a stalled process
     /// that just woke) never shows it acting past its lease.
     pub(super) acting_until_ms: AtomicU64,
+    /// Set when the role was revoked outside the loop ([`Scaler::membership_replaced`]):
+    /// the loop's next turn decides afresh, and no lease it computed meanwhile holds.
+    pub(super) revoked: std::sync::atomic::AtomicBool,
 }
 
 use crate::time::unix_ms;
@@ -118,6 +121,7 @@ impl Scaler {
             self_id,
             clock: tokio::time::Instant::now(),
             acting_until_ms: AtomicU64::new(0),
+            revoked: Default::default(),
         })
     }
 
@@ -315,6 +319,7 @@ impl Scaler {
             // turn: if so it stands down below, before anything else.
             let now_ms = self.mono_ms();
             let stalled = fence.turn(now_ms);
+            let revoked = self.revoked.swap(false, Ordering::SeqCst);
             let s = self.settings.load_full();
             let view = match &cluster {
                 Some(c) => c.view(),
@@ -357,7 +362,8 @@ impl Scaler {
                 _ => self.fenced(&fence, &cluster, &view, &e, &claims, was_acting, now_ms),
             };
             let acts = e.acts && fenced.is_ok();
-            if acts != was_acting {
+            // After a revocation the log said it stood down: acting again is said again.
+            if acts != was_acting || (revoked && acts) {
                 was_acting = acts;
                 self.set_acting(&cluster, &e, acts, fenced.err()).await;
             }
@@ -372,7 +378,11 @@ impl Scaler {
                 (true, None) => u64::MAX,
                 (true, Some(_)) => fence.valid_until(),
             };
-            self.acting_until_ms.store(lease, Ordering::Relaxed);
+            self.acting_until_ms.store(lease, Ordering::SeqCst);
+            // A revocation that came during this turn wins over the lease just stored.
+            if self.revoked.load(Ordering::SeqCst) {
+                self.acting_until_ms.store(0, Ordering::SeqCst);
+            }
             self.update(|r| r.acting = acts);
             if !check {
                 continue;

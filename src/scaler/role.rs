@@ -69,7 +69,10 @@ impl Scaler {
             .filter_map(|p| p.id.clone())
             .filter(|id| view.scaler.get(id).is_some_and(|c| c.acting))
             .collect();
-        fence.check(now_ms, &heard, e.known, e.first, &others)?;
+        // A majority of the membership as it is now: a set-peers that just grew it
+        // counts before the view catches up.
+        let known = e.known.max(c.known_count_now());
+        fence.check(now_ms, &heard, known, e.first, &others)?;
         if !acting {
             fence.settled(now_ms)?;
             if let Some(id) = claims.keys().next() {
@@ -77,6 +80,24 @@ impl Scaler {
             }
         }
         Ok(())
+    }
+
+    /// The known membership was just replaced (`set-peers`): an acting scaler stands
+    /// down at once, before the call returns, and its loop's next turn takes the role
+    /// back only if a majority of the new membership was heard. Without this, a
+    /// balancer that knew only itself would go on acting until its loop turned again,
+    /// beside another that already counted it.
+    pub fn membership_replaced(&self) {
+        if !self.acting() {
+            return;
+        }
+        self.revoked.store(true, Ordering::SeqCst);
+        self.acting_until_ms.store(0, Ordering::SeqCst);
+        self.update(|r| r.acting = false);
+        warn!(
+            reason = "the known balancers were replaced (set-peers): it takes the role back only with a majority of them",
+            "this balancer stands down as the scaler"
+        );
     }
 
     /// Start or stop acting: say so in the log (why, when it stands down), publish it,
