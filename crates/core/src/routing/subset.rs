@@ -97,18 +97,6 @@ pub fn ring_assign<'a>(
         .collect()
 }
 
-/// A balancer's score range per minute of later start.
-const TIER_MS: u128 = 60_000;
-
-fn mix(mut x: u64) -> u64 {
-    // splitmix64's finaliser: every input bit moves every output bit.
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// Every live balancer's subset at once (see the module doc): what a balancer needs to
 /// know which gears it covers, and which a peer covers (and so reports the health of).
 #[derive(Clone, Debug, Default)]
@@ -278,7 +266,10 @@ fn greedy_with_head(
 ) -> Option<Vec<Vec<u32>>> {
     let (m, n) = (bs.len(), gs.len());
     let a = m * k / n;
-    let mut edges = Edges::new(bs, gs, k, head_factor);
+    let hb: Vec<u64> = bs.iter().map(|b| stable_hash(b.0)).collect();
+    let hg: Vec<u64> = gs.iter().map(|g| stable_hash(g)).collect();
+    let starts: Vec<u64> = bs.iter().map(|b| b.1).collect();
+    let mut edges = Edges::new(hb, hg, &starts, k, head_factor);
     let mut fill = Fill {
         has: vec![false; m * n],
         bcnt: vec![0; m],

@@ -1,7 +1,17 @@
 //! The greedy's order of the (balancer, gear) pairs, laid out lazily ([`Edges`]): the
 //! part of computing the subsets that grows with M × N.
 
-use super::{mix, stable_hash, TIER_MS};
+/// A balancer's score range per minute of later start.
+const TIER_MS: u128 = 60_000;
+
+pub(super) fn mix(mut x: u64) -> u64 {
+    // splitmix64's finaliser: every input bit moves every output bit.
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
 
 /// Scores are 48 bits wide: one whole range per minute of later start ([`TIER_MS`]).
 const SCORE_BITS: u32 = 48;
@@ -39,14 +49,20 @@ fn pair_rank(hb: u64, hg: u64, penalty: u128) -> u128 {
 }
 
 impl Edges {
-    pub(super) fn new(bs: &[(&str, u64)], gs: &[&str], k: usize, head_factor: usize) -> Self {
-        let (m, n) = (bs.len(), gs.len());
-        let first = bs.iter().map(|b| b.1).min().unwrap_or(0);
-        let hb: Vec<u64> = bs.iter().map(|b| stable_hash(b.0)).collect();
-        let hg: Vec<u64> = gs.iter().map(|g| stable_hash(g)).collect();
-        let penalty: Vec<u128> = bs
+    /// The order of balancers with hashes `hb` started at `starts` (Unix ms) and gears
+    /// with hashes `hg`, each balancer to take `k` gears.
+    pub(super) fn new(
+        hb: Vec<u64>,
+        hg: Vec<u64>,
+        starts: &[u64],
+        k: usize,
+        head_factor: usize,
+    ) -> Self {
+        let (m, n) = (hb.len(), hg.len());
+        let first = starts.iter().copied().min().unwrap_or(0);
+        let penalty: Vec<u128> = starts
             .iter()
-            .map(|b| (u128::from(b.1 - first) << SCORE_BITS) / TIER_MS)
+            .map(|s| (u128::from(s - first) << SCORE_BITS) / TIER_MS)
             .collect();
         // Ranks of balancers without penalty are uniform below 2^48: this limit keeps
         // about head_factor × k of each one's N pairs.

@@ -1,5 +1,6 @@
 //! The subsets' tests: every gear covered, spread at most one, stability, and the
 //! greedy's partial sort equal to a full one.
+use super::order::mix;
 use super::*;
 use std::collections::BTreeMap;
 
