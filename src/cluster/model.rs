@@ -333,12 +333,7 @@ impl Model {
         v.advertise = self.advertise.to_string();
         if d.members {
             let (peers, live, addrs) = self.membership();
-            let known_count = self
-                .known
-                .iter()
-                .filter(|p| p.id.as_deref() != Some(self.self_id.as_str()))
-                .count()
-                + 1;
+            let known_count = known_count(&self.known, &self.self_id);
             if peers != *v.peers || live != *v.live || known_count != v.known_count {
                 v.versions.members += 1;
             }
@@ -491,6 +486,16 @@ impl Model {
             .collect();
         (peers, live, addrs)
     }
+}
+
+/// How many balancers a known membership counts, `self_id` included (once, whether or
+/// not the list names it): what a majority is of.
+pub(super) fn known_count(known: &[PeerSpec], self_id: &str) -> usize {
+    known
+        .iter()
+        .filter(|p| p.id.as_deref() != Some(self_id))
+        .count()
+        + 1
 }
 
 #[cfg(test)]

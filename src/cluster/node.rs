@@ -239,12 +239,9 @@ impl Cluster {
     /// How many balancers the known membership counts, this one included, as of now
     /// (the view's `known_count` follows a moment later): what a majority is of.
     pub fn known_count_now(&self) -> usize {
-        self.known.lock().map_or(1, |k| {
-            k.iter()
-                .filter(|p| p.id.as_deref() != Some(self.self_id.as_str()))
-                .count()
-                + 1
-        })
+        self.known
+            .lock()
+            .map_or(1, |k| super::model::known_count(&k, &self.self_id))
     }
 
     /// Notified when the known membership learnt an address-only peer's id.

@@ -114,11 +114,14 @@ pub async fn run(
             recomputed = Some(turn);
             due = None;
             let table = router.snapshot();
-            let labels: Vec<&str> = table
-                .entries()
-                .iter()
-                .map(|e| e.backend.sticky.as_str())
-                .collect();
+            // The gears' names, gathered only for a new epoch or subsets.
+            let labels = || -> Vec<&str> {
+                table
+                    .entries()
+                    .iter()
+                    .map(|e| e.backend.sticky.as_str())
+                    .collect()
+            };
             let live: Vec<&str> = view.live.iter().map(String::as_str).collect();
             // Subsets depend on when each balancer started: so does the epoch.
             let members: Vec<(&str, u64)> = live
@@ -138,15 +141,15 @@ pub async fn run(
                         .all(|(x, e)| Arc::ptr_eq(x, &e.backend))
             });
             if !same {
-                let names: Vec<&str> = named.iter().map(String::as_str).collect();
-                let epoch = keys::subset_epoch(&names, &labels, cov);
-                let backends = table.entries().iter().map(|e| e.backend.clone()).collect();
-                epoch_of = Some((named, cov, backends, epoch));
+                epoch_of = None;
             }
-            let epoch = epoch_of
-                .as_ref()
-                .map(|(.., e)| e.clone())
-                .unwrap_or_default();
+            let (.., epoch) = epoch_of.get_or_insert_with(|| {
+                let names: Vec<&str> = named.iter().map(String::as_str).collect();
+                let epoch = keys::subset_epoch(&names, &labels(), cov);
+                let backends = table.entries().iter().map(|e| e.backend.clone()).collect();
+                (named, cov, backends, epoch)
+            });
+            let epoch = epoch.clone();
             let all = match &assigned {
                 Some((e, a)) if *e == epoch => a.clone(),
                 _ => {
@@ -154,7 +157,7 @@ pub async fn run(
                         settle = next_settle(settle, turn - at);
                     }
                     assigned_at = Some(turn);
-                    let a = Arc::new(subset::Assignment::new(&members, &labels, cov));
+                    let a = Arc::new(subset::Assignment::new(&members, &labels(), cov));
                     assigned = Some((epoch.clone(), a.clone()));
                     a
                 }
@@ -167,7 +170,7 @@ pub async fn run(
             if last_subset != Some((mine.len(), live.len())) {
                 info!(
                     gears = mine.len(),
-                    of = labels.len(),
+                    of = table.entries().len(),
                     balancers = live.len(),
                     "subset computed"
                 );

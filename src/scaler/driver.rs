@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ pub struct Scaler {
     pub(super) acting_until_ms: AtomicU64,
     /// Set when the role was revoked outside the loop ([`Scaler::membership_replaced`]):
     /// the loop's next turn decides afresh, and no lease it computed meanwhile holds.
-    pub(super) revoked: std::sync::atomic::AtomicBool,
+    pub(super) revoked: AtomicBool,
 }
 
 use crate::time::unix_ms;

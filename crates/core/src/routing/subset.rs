@@ -268,8 +268,8 @@ fn greedy_with_head(
     let a = m * k / n;
     let hb: Vec<u64> = bs.iter().map(|b| stable_hash(b.0)).collect();
     let hg: Vec<u64> = gs.iter().map(|g| stable_hash(g)).collect();
-    let starts: Vec<u64> = bs.iter().map(|b| b.1).collect();
-    let mut edges = Edges::new(hb, hg, &starts, k, head_factor);
+    let started: Vec<u64> = bs.iter().map(|b| b.1).collect();
+    let mut edges = Edges::new(hb, hg, &started, k, head_factor);
     let mut fill = Fill {
         has: vec![false; m * n],
         bcnt: vec![0; m],

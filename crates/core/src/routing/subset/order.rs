@@ -49,18 +49,18 @@ fn pair_rank(hb: u64, hg: u64, penalty: u128) -> u128 {
 }
 
 impl Edges {
-    /// The order of balancers with hashes `hb` started at `starts` (Unix ms) and gears
+    /// The order of balancers with hashes `hb` started at `started` (Unix ms) and gears
     /// with hashes `hg`, each balancer to take `k` gears.
     pub(super) fn new(
         hb: Vec<u64>,
         hg: Vec<u64>,
-        starts: &[u64],
+        started: &[u64],
         k: usize,
         head_factor: usize,
     ) -> Self {
         let (m, n) = (hb.len(), hg.len());
-        let first = starts.iter().copied().min().unwrap_or(0);
-        let penalty: Vec<u128> = starts
+        let first = started.iter().copied().min().unwrap_or(0);
+        let penalty: Vec<u128> = started
             .iter()
             .map(|s| (u128::from(s - first) << SCORE_BITS) / TIER_MS)
             .collect();
